@@ -1,0 +1,3 @@
+"""eosflow: Kafka to warehouse, exactly once, and proven."""
+
+__version__ = "0.1.0"

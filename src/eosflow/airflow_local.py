@@ -1,0 +1,107 @@
+"""`eosflow airflow`: `airflow standalone` wired to the local stack.
+
+AIRFLOW_HOME lives in the state folder; DAGs and plugins come from the project; connections are
+provisioned through AIRFLOW_CONN_* variables built from the same settings as everything else, so
+there is no second place to configure the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+from eosflow.settings import Settings
+
+ADMIN_USER = "admin"
+
+
+def passwords_file(settings: Settings) -> Path:
+    return settings.airflow_home / "passwords.json"
+
+
+def admin_password(settings: Settings) -> str:
+    """The admin password, generated once per AIRFLOW_HOME and kept in passwords.json."""
+    path = passwords_file(settings)
+    if path.exists():
+        return json.loads(path.read_text())[ADMIN_USER]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(12)
+    path.write_text(json.dumps({ADMIN_USER: password}) + "\n")
+    path.chmod(0o600)
+    return password
+
+
+def connections(settings: Settings) -> dict[str, str]:
+    """AIRFLOW_CONN_* values; an operator's own AIRFLOW_CONN_* in the environment wins."""
+    conns = {
+        # Without this the Spark provider silently falls back to YARN.
+        "AIRFLOW_CONN_SPARK_DEFAULT": {
+            "conn_type": "spark",
+            "host": os.environ.get("EOSFLOW_SPARK_MASTER", "local[2]"),
+        },
+        "AIRFLOW_CONN_KAFKA_DEFAULT": {
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": settings.bootstrap_servers},
+        },
+        "AIRFLOW_CONN_WAREHOUSE": {
+            "conn_type": "postgres",
+            "host": settings.pg_host,
+            "port": settings.pg_port,
+            "schema": settings.pg_database,
+            "login": settings.pg_user,
+            "password": settings.pg_password,
+        },
+    }
+    return {name: os.environ.get(name) or json.dumps(value) for name, value in conns.items()}
+
+
+def airflow_env(settings: Settings) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    env = dict(os.environ)
+    env.update(
+        {
+            "AIRFLOW_HOME": str(settings.airflow_home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(settings.root / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.root / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(settings)),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(settings.airflow_port),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            # spark-submit and the eosflow CLI must be the venv's.
+            "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
+            "EOSFLOW_HOME": str(settings.root),
+        }
+    )
+    env.update(connections(settings))
+    return env
+
+
+def start(settings: Settings, log=print, **popen_kwargs) -> subprocess.Popen:
+    """Start `airflow standalone` in its own process group and return at once."""
+    password = admin_password(settings)
+    log(f"airflow UI: http://127.0.0.1:{settings.airflow_port}  user {ADMIN_USER}  password {password}")
+    log(f"(the password is kept in {passwords_file(settings)}; AIRFLOW_HOME is {settings.airflow_home})")
+    airflow = str(Path(sys.executable).parent / "airflow")
+    return subprocess.Popen(
+        [airflow, "standalone"], env=airflow_env(settings), start_new_session=True, **popen_kwargs
+    )
+
+
+def serve(settings: Settings, log=print) -> int:
+    """Run in the foreground until Ctrl-C."""
+    from eosflow.stack import process
+
+    proc = start(settings, log=log)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        log("stopping airflow")
+        process.stop_pid(proc.pid)
+        return 0

@@ -1,0 +1,100 @@
+"""The `eosflow` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eosflow import settings as settings_mod
+from eosflow.stack.errors import StackError
+
+
+def _log(msg: str) -> None:
+    print(f"eosflow: {msg}", file=sys.stderr, flush=True)
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from eosflow import stack
+    from eosflow.stack import process
+
+    s = settings_mod.load()
+    if args.action == "up":
+        stack.up(s, log=_log)
+        args.action = "status"
+    if args.action == "down":
+        stack.down(s, log=_log)
+        return 0
+    if args.action == "reset":
+        stack.reset(s, log=_log)
+        return 0
+    if args.action == "fetch":
+        stack.fetch(s, log=_log)
+        return 0
+    if args.action == "logs":
+        for svc in stack.services(s):
+            if args.service in (None, svc.name):
+                print(f"==> {svc.log_path} <==")
+                print(process.tail(svc.log_path, args.lines))
+        return 0
+    rows = stack.status(s)
+    for row in rows:
+        pid = str(row.pid) if row.pid else "-"
+        print(f"{row.name:<9} {row.state:<24} pid {pid:<8} {row.endpoint}")
+    return 0 if all(r.healthy for r in rows) else 3
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from eosflow.produce.cli import run
+
+    return run(args, settings_mod.load(), log=_log)
+
+
+def cmd_airflow(args: argparse.Namespace) -> int:
+    from eosflow.airflow_local import serve
+
+    return serve(settings_mod.load(), log=_log)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from eosflow.demo import run
+
+    return run(settings_mod.load(), log=_log)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from eosflow.produce.cli import add_arguments as add_produce_arguments
+
+    parser = argparse.ArgumentParser(prog="eosflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stack", help="start, stop and inspect the local Kafka + Postgres stack")
+    p.add_argument("action", choices=["up", "down", "status", "logs", "reset", "fetch"])
+    p.add_argument("service", nargs="?", choices=["kafka", "postgres"], help="with logs: only this one")
+    p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
+    p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("produce", help="write a seeded event stream to Kafka with chosen delivery settings")
+    add_produce_arguments(p)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
+    p.set_defaults(func=cmd_airflow)
+
+    p = sub.add_parser("demo", help="the main job end to end on the local stack")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except StackError as exc:
+        _log(f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

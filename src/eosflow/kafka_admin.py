@@ -1,0 +1,54 @@
+"""Topic administration shared by the producer, the planner and the tests."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from eosflow.stack.errors import StackError
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int | None:
+    meta = admin(bootstrap).list_topics(topic=topic, timeout=timeout)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None:
+        return None
+    return len(info.partitions)
+
+
+def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None, log=print
+) -> int:
+    """Create the topic with `partitions`, or grow it to that many (Kafka cannot shrink a topic).
+
+    Returns the partition count the topic has afterwards.
+    """
+    client = admin(bootstrap)
+    have = partition_count(bootstrap, topic)
+    try:
+        if have is None:
+            futures = client.create_topics([NewTopic(topic, partitions, 1, config=config or {})])
+            futures[topic].result(timeout=30)
+            log(f"created topic {topic} with {partitions} partitions")
+            return partitions
+        if partitions > have:
+            futures = client.create_partitions([NewPartitions(topic, partitions)])
+            futures[topic].result(timeout=30)
+            log(f"grew topic {topic} from {have} to {partitions} partitions")
+            return partitions
+    except KafkaException as exc:
+        raise StackError(f"could not create or grow topic {topic!r}: {exc.args[0].str()}") from exc
+    return have
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    futures = admin(bootstrap).delete_topics([topic], operation_timeout=30)
+    try:
+        futures[topic].result(timeout=30)
+    except KafkaException as exc:
+        if exc.args[0].code() != -188 and "UNKNOWN_TOPIC" not in exc.args[0].name():
+            raise

@@ -1,0 +1,86 @@
+"""Every setting of the local stack, read from the environment in one place.
+
+Defaults are chosen to stay off the ports a developer's own Kafka or Postgres would use.
+See the README's "Configuration" table for the full list.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _project_root() -> Path:
+    # src/eosflow/settings.py -> project root; EOSFLOW_HOME wins so an installed copy can point anywhere.
+    env = os.environ.get("EOSFLOW_HOME")
+    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(
+            f"{name}={raw!r} is not a whole number; set it to a port or count, or unset it"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    state_dir: Path  # everything the stack writes at run time (git-ignored)
+    jars_dir: Path  # Maven downloads (git-ignored cache)
+    kafka_host: str
+    kafka_port: int
+    kafka_controller_port: int
+    pg_host: str
+    pg_port: int
+    pg_database: str
+    pg_user: str
+    pg_password: str
+    airflow_port: int
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.kafka_host}:{self.kafka_port}"
+
+    @property
+    def warehouse_dsn(self) -> str:
+        return (
+            f"host={self.pg_host} port={self.pg_port} dbname={self.pg_database} "
+            f"user={self.pg_user} password={self.pg_password}"
+        )
+
+    @property
+    def warehouse_uri(self) -> str:
+        return (
+            f"postgresql://{self.pg_user}:{self.pg_password}@{self.pg_host}:{self.pg_port}/{self.pg_database}"
+        )
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+
+def load() -> Settings:
+    root = _project_root()
+    state_dir = Path(os.environ.get("EOSFLOW_STATE_DIR") or root / ".stack").resolve()
+    jars_dir = Path(os.environ.get("EOSFLOW_JARS_DIR") or root / ".cache" / "jars").resolve()
+    return Settings(
+        root=root,
+        state_dir=state_dir,
+        jars_dir=jars_dir,
+        kafka_host="127.0.0.1",
+        kafka_port=_int("EOSFLOW_KAFKA_PORT", 19092),
+        kafka_controller_port=_int("EOSFLOW_KAFKA_CONTROLLER_PORT", 19093),
+        pg_host="127.0.0.1",
+        pg_port=_int("EOSFLOW_PG_PORT", 15432),
+        pg_database=os.environ.get("EOSFLOW_PG_DATABASE", "warehouse"),
+        pg_user=os.environ.get("EOSFLOW_PG_USER", "eosflow"),
+        pg_password=os.environ.get("EOSFLOW_PG_PASSWORD", "eosflow"),
+        airflow_port=_int("EOSFLOW_AIRFLOW_PORT", 8080),
+    )

@@ -1,0 +1,205 @@
+"""PostgreSQL 15 as the warehouse: a private cluster from the machine's initdb/pg_ctl.
+
+initdb and pg_ctl refuse to run as root, so as root every server command runs as the `postgres`
+system user on a data directory that user owns. Authentication is real (scram over TCP): the
+superuser's password is generated and kept in the state folder; the pipeline has its own role
+that owns the warehouse database and is not a superuser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+from eosflow.settings import Settings
+from eosflow.stack import prereqs, process
+from eosflow.stack.errors import StackError
+
+START_TIMEOUT_S = 60
+SUPERUSER = "postgres"
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+class PostgresService:
+    name = "postgres"
+
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.home = self._home()
+        self.data_dir = self.home / "data"
+        self.log_path = self.home / "postgres.log"
+        self.superuser_password_file = self.home / "superuser.password"
+
+    def _home(self) -> Path:
+        home = self.s.state_dir / "postgres"
+        if not _as_root() or self._postgres_user_can_reach(home.parent):
+            return home
+        # The project folder is closed to the postgres user (a private temp clone, say): keep the
+        # cluster in a folder it can reach, one per project checkout, and say where in `status`.
+        digest = hashlib.sha256(str(self.s.state_dir).encode()).hexdigest()[:12]
+        return Path("/var/tmp") / f"eosflow-postgres-{digest}"
+
+    @staticmethod
+    def _postgres_user_can_reach(folder: Path) -> bool:
+        probe = folder
+        while not probe.exists():
+            probe = probe.parent
+        done = subprocess.run(
+            ["runuser", "-u", SUPERUSER, "--", "test", "-x", str(probe)], capture_output=True
+        )
+        return done.returncode == 0
+
+    # -- what `status` shows ----------------------------------------------------------------
+    def ports(self) -> dict[str, int]:
+        return {"EOSFLOW_PG_PORT": self.s.pg_port}
+
+    def endpoint(self) -> str:
+        return (
+            f"{self.s.warehouse_uri.replace(':' + self.s.pg_password + '@', ':***@')} (data {self.data_dir})"
+        )
+
+    def pid(self) -> int | None:
+        pid_file = self.data_dir / "postmaster.pid"
+        try:
+            pid = int(pid_file.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if process.pid_alive(pid) else None
+
+    def healthy(self) -> bool:
+        """`select 1` as the pipeline's role on the warehouse database."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.s.warehouse_dsn, connect_timeout=3) as conn:
+                return conn.execute("select 1").fetchone() == (1,)
+        except psycopg.Error:
+            return False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def prepare(self, log=print) -> None:
+        prereqs.postgres_bin_dir()
+
+    def start(self, log=print) -> None:
+        if self.pid() is None:
+            process.require_free_ports("postgres", self.s.pg_host, self.ports())
+            if not (self.data_dir / "PG_VERSION").exists():
+                self._initdb(log)
+            self._write_settings()
+            log(f"starting postgres on {self.s.pg_host}:{self.s.pg_port} (log: {self.log_path})")
+            done = self._run_pg(
+                "pg_ctl",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "start",
+            )
+            if done.returncode != 0:
+                raise StackError(
+                    f"postgres did not start (pg_ctl exit {done.returncode}). "
+                    f"Last lines of {self.log_path}:\n{process.tail(self.log_path)}"
+                )
+        self._provision()
+        if not self.healthy():
+            raise StackError(
+                f"postgres is running but `select 1` as {self.s.pg_user} on {self.s.pg_database} fails. "
+                f"See {self.log_path}, or `eosflow stack reset` to start from an empty warehouse."
+            )
+
+    def stop(self, log=print) -> None:
+        if self.pid() is None:
+            return
+        log(f"stopping postgres (data {self.data_dir})")
+        self._run_pg("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
+
+    def reset(self) -> None:
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _run_pg(self, tool: str, *args: str) -> subprocess.CompletedProcess:
+        cmd = [str(prereqs.postgres_bin_dir() / tool), *args]
+        if _as_root():
+            cmd = ["runuser", "-u", SUPERUSER, "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+
+    def _initdb(self, log) -> None:
+        log(f"creating the warehouse cluster in {self.data_dir}")
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.superuser_password_file.write_text(secrets.token_urlsafe(18) + "\n")
+        self.superuser_password_file.chmod(0o600)
+        if _as_root():
+            shutil.chown(self.home, SUPERUSER, SUPERUSER)
+            shutil.chown(self.superuser_password_file, SUPERUSER, SUPERUSER)
+        done = self._run_pg(
+            "initdb",
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            f"--pwfile={self.superuser_password_file}",
+            "-A",
+            "scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-instructions",
+        )
+        if done.returncode != 0:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            raise StackError(f"initdb failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def _write_settings(self) -> None:
+        # A conf.d-style include keeps our settings apart from initdb's file and rewritten on every up.
+        overrides = self.data_dir / "eosflow.conf"
+        overrides.write_text(
+            "# Written by `eosflow stack up` from EOSFLOW_PG_* settings.\n"
+            f"listen_addresses = '{self.s.pg_host}'\n"
+            f"port = {self.s.pg_port}\n"
+            # No unix socket: socket paths are limited to ~100 characters and deep checkouts exceed it.
+            "unix_socket_directories = ''\n"
+            "shared_buffers = 256MB\n"
+            "max_connections = 100\n"
+        )
+        main_conf = self.data_dir / "postgresql.conf"
+        text = main_conf.read_text()
+        if "include_if_exists = 'eosflow.conf'" not in text:
+            main_conf.write_text(text + "\ninclude_if_exists = 'eosflow.conf'\n")
+        if _as_root():
+            shutil.chown(overrides, SUPERUSER, SUPERUSER)
+
+    def _provision(self) -> None:
+        """The pipeline's role and the warehouse database; idempotent."""
+        import psycopg
+        from psycopg import sql
+
+        password = self.superuser_password_file.read_text().strip()
+        admin_dsn = (
+            f"host={self.s.pg_host} port={self.s.pg_port} dbname=postgres "
+            f"user={SUPERUSER} password={password}"
+        )
+        with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as conn:
+            role = sql.Identifier(self.s.pg_user)
+            exists = conn.execute("select 1 from pg_roles where rolname = %s", (self.s.pg_user,)).fetchone()
+            verb = sql.SQL("alter") if exists else sql.SQL("create")
+            conn.execute(
+                sql.SQL("{} role {} login nosuperuser password {}").format(
+                    verb, role, sql.Literal(self.s.pg_password)
+                )
+            )
+            if not conn.execute(
+                "select 1 from pg_database where datname = %s", (self.s.pg_database,)
+            ).fetchone():
+                conn.execute(
+                    sql.SQL("create database {} owner {}").format(sql.Identifier(self.s.pg_database), role)
+                )
