@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import shutil
 import subprocess
 import uuid
@@ -32,6 +33,15 @@ logger.raft.level = WARN
 """
 
 
+def _quiet_logger() -> logging.Logger:
+    """A sink for librdkafka's own log lines during start-up probes, where refusals are expected."""
+    quiet = logging.getLogger("eosflow.kafka.probe")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    return quiet
+
+
 class KafkaService:
     name = "kafka"
 
@@ -59,7 +69,6 @@ class KafkaService:
 
     def healthy(self, timeout: float = 3.0) -> bool:
         """A real metadata request against the broker."""
-        import logging
         import socket
 
         from confluent_kafka.admin import AdminClient
@@ -70,12 +79,13 @@ class KafkaService:
             socket.create_connection((self.s.kafka_host, self.s.kafka_port), timeout=1).close()
         except OSError:
             return False
-        quiet = logging.getLogger("eosflow.kafka.health")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
         try:
             admin = AdminClient(
-                {"bootstrap.servers": self.s.bootstrap_servers, "socket.timeout.ms": 2000, "logger": quiet}
+                {
+                    "bootstrap.servers": self.s.bootstrap_servers,
+                    "socket.timeout.ms": 2000,
+                    "logger": _quiet_logger(),
+                }
             )
             meta = admin.list_topics(timeout=timeout)
         except Exception:
@@ -119,6 +129,7 @@ class KafkaService:
             )
         self.pid_file.write_text(f"{proc.pid}\n")
         self._wait_healthy(proc.pid, proc)
+        self._wait_transactions_ready()
 
     def stop(self, log=print) -> None:
         pid = self.pid()
@@ -147,6 +158,29 @@ class KafkaService:
                 f"kafka did not answer a metadata request within {START_TIMEOUT_S:.0f}s. "
                 f"See {self.log_path}:\n{process.tail(self.log_path)}"
             )
+
+    def _wait_transactions_ready(self) -> None:
+        """init_transactions once, so the transaction coordinator is loaded before anyone needs it.
+
+        On a fresh broker `__transaction_state` does not exist yet; without this, the first
+        transactional producer of a session waits and logs COORDINATOR_NOT_AVAILABLE retries.
+        """
+        from confluent_kafka import KafkaException, Producer
+
+        probe = Producer(
+            {
+                "bootstrap.servers": self.s.bootstrap_servers,
+                "logger": _quiet_logger(),
+                "transactional.id": "eosflow-stack-up-probe",
+            }
+        )
+        try:
+            probe.init_transactions(START_TIMEOUT_S)
+        except KafkaException as exc:
+            raise StackError(
+                f"kafka is up but its transaction coordinator did not become available "
+                f"({exc.args[0].str()}). See {self.log_path}:\n{process.tail(self.log_path)}"
+            ) from exc
 
     def _format(self, log) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
