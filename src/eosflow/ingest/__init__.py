@@ -1,0 +1,1 @@
+"""Exactly-once ingestion: plan, read, transform, stage, commit (see ../shared/DESIGN.md)."""
