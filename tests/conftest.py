@@ -22,6 +22,17 @@ def running_stack(settings):
     return settings
 
 
+@pytest.fixture(scope="session")
+def spark(settings):
+    """One local Spark session for the run, made exactly as the ingestion job makes it."""
+    from eosflow.ingest.spark_session import get_spark
+
+    session = get_spark(settings, "eosflow-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def topic_name(request) -> str:
     """A topic name of its own for each test, so tests never read each other's records."""

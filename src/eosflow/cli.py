@@ -49,6 +49,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return run(args, settings_mod.load(), log=_log)
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from eosflow.ingest.cli import execute
+
+    return execute(args, settings_mod.load())
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     from eosflow.airflow_local import serve
 
@@ -76,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="write a seeded event stream to Kafka with chosen delivery settings")
     add_produce_arguments(p)
     p.set_defaults(func=cmd_produce)
+
+    from eosflow.ingest.cli import add_arguments as add_ingest_arguments
+
+    p = sub.add_parser("ingest", help="one exactly-once ingestion run of a pipeline (plan, read, commit)")
+    add_ingest_arguments(p)
+    p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)

@@ -1,55 +1,77 @@
 """`eosflow demo`: the main job end to end on the local stack.
 
-Today: produce a transactional stream with some transactions aborted, then read it back with
-read_committed and read_uncommitted consumers and reconcile both against the producer's manifest.
+Produce a transactional order stream (some transactions aborted on purpose, a few malformed
+records), run one exactly-once ingestion of the `orders` pipeline, then check the warehouse
+against the producer's manifest and the invariants I1-I5.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
+
+import psycopg
+from confluent_kafka import Producer
 
 from eosflow import stack
+from eosflow.ingest import job, pipelines
 from eosflow.kafka_admin import ensure_topic
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
-from eosflow.produce.readback import read_topic
-from eosflow.produce.reconcile import reconcile
 from eosflow.settings import Settings
+from eosflow.warehouse import invariants
 
-TOPIC = "orders"
+PIPELINE = "orders"
 PARTITIONS = 6
 COUNT = 20_000
+MALFORMED = [b"not json at all", b'{"event_id": "missing everything else"}', None]
 
 
 def run(settings: Settings, log=print) -> int:
     stack.up(settings, log=log)
+    pipeline = pipelines.load(settings, PIPELINE)
     seed = secrets.randbits(31)
-    ensure_topic(settings.bootstrap_servers, TOPIC, PARTITIONS, log=log)
+    ensure_topic(settings.bootstrap_servers, pipeline.topic, PARTITIONS, log=log)
+
     delivery = Delivery(transactional_id=f"eosflow-demo-{seed}", txn_size=200, abort_ratio=0.2)
     log(
-        f"producing {COUNT:,} events to {TOPIC} in transactions of {delivery.txn_size}, "
-        f"{delivery.abort_ratio:.0%} of them aborted on purpose"
+        f"1/3 producing {COUNT:,} events to {pipeline.topic}: transactions of {delivery.txn_size}, "
+        f"{delivery.abort_ratio:.0%} aborted on purpose, plus {len(MALFORMED)} malformed records"
     )
-    started = time.monotonic()
-    producer = EventProducer(settings.bootstrap_servers, TOPIC, delivery, seed=seed)
+    producer = EventProducer(settings.bootstrap_servers, pipeline.topic, delivery, seed=seed)
     manifest = produce_stream(producer, events.generate(seed, COUNT), seed)
-    path = manifest.write(settings.state_dir / "manifests" / f"demo-{seed}.json")
-    produced_s = time.monotonic() - started
+    manifest.write(settings.state_dir / "manifests" / f"demo-{seed}.json")
+    _produce_malformed(settings, pipeline.topic)
 
-    committed = reconcile(manifest, read_topic(settings.bootstrap_servers, TOPIC, "read_committed"))
-    uncommitted = reconcile(manifest, read_topic(settings.bootstrap_servers, TOPIC, "read_uncommitted"))
-    counts = manifest.counts()
-    aborted_seen = len(uncommitted.leaked)
+    log(f"2/3 ingesting pipeline {PIPELINE} exactly once (plan, Spark read, transform, stage, commit)")
+    summary = job.run(settings, PIPELINE, log=log)
+    print("\n" + summary.table() + "\n")
 
-    print()
-    print(f"  topic {TOPIC}: {COUNT:,} events produced in {produced_s:.1f}s (manifest {path})")
-    print(f"  {'':<22}{'committed':>12}{'aborted':>12}")
-    print(f"  {'producer says':<22}{counts['committed']:>12,}{counts['aborted']:>12,}")
-    print(f"  {'read_committed reads':<22}{committed.found:>12,}{len(committed.leaked):>12,}")
-    print(f"  {'read_uncommitted reads':<22}{uncommitted.found:>12,}{aborted_seen:>12,}")
-    print(f"  per partition (committed): {manifest.per_partition()}")
-    ok = committed.ok and uncommitted.found == uncommitted.expected and aborted_seen == counts["aborted"]
-    print(f"\n  read_committed: {committed.describe()}")
-    print(f"  verdict: {'OK, exactly what the producer committed' if ok else 'MISMATCH'}\n")
+    log("3/3 checking the warehouse against the producer's manifest and the invariants")
+    committed = [r.event_id for r in manifest.rows if r.status == "committed"]
+    aborted = [r.event_id for r in manifest.rows if r.status == "aborted"]
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        found = _count_ids(conn, pipeline.target_table, committed)
+        leaked = _count_ids(conn, pipeline.target_table, aborted)
+        violations = invariants.check(conn, pipeline)
+    print(f"  committed by the producer: {len(committed):>7,}   in {pipeline.target_table}: {found:>7,}")
+    print(f"  aborted by the producer:   {len(aborted):>7,}   in {pipeline.target_table}: {leaked:>7,}")
+    for name in invariants.CHECKS:
+        bad = [v for v in violations if v.invariant == name]
+        print(f"  {name:<34} {'ok' if not bad else 'VIOLATED: ' + bad[0].detail}")
+    ok = found == len(committed) and leaked == 0 and not violations
+    print(
+        f"\n  verdict: {'EXACTLY ONCE: every committed event once, no aborted event' if ok else 'MISMATCH'}\n"
+    )
     return 0 if ok else 1
+
+
+def _produce_malformed(settings: Settings, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
+    for value in MALFORMED:
+        producer.produce(topic, value=value, key=b"demo-malformed")
+    producer.flush(10)
+
+
+def _count_ids(conn: psycopg.Connection, table: str, ids: list[str]) -> int:
+    (n,) = conn.execute(f"select count(*) from {table} where event_id = any(%s::uuid[])", (ids,)).fetchone()
+    return n

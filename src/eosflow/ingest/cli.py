@@ -1,0 +1,72 @@
+"""`eosflow ingest` and `spark-submit spark/ingest_job.py`: same arguments, same summary, same exit codes.
+
+Exit codes: 0 committed or already committed; 2 bad configuration or input; 3 fenced by another
+run; 4 data loss not acknowledged; 5 the batch did not add up (nothing committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eosflow import settings as settings_mod
+from eosflow.ingest import commit, job, pipelines
+from eosflow.ingest.kafka_offsets import TopicMissingError
+from eosflow.ingest.planner import DataLossError, PositionBeyondLogError
+from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError
+
+EXIT = {
+    commit.FencedError: 3,
+    DataLossError: 4,
+    ReadDataLossError: 4,
+    commit.StagingIncompleteError: 5,
+    ReadOutsidePlanError: 5,
+    PositionBeyondLogError: 2,
+    pipelines.PipelineConfigError: 2,
+    TopicMissingError: 2,
+}
+OUTCOME = {commit.FencedError: "fenced", DataLossError: "data loss", ReadDataLossError: "data loss"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="the orchestrator's run id; the same id reuses the same plan (default: a new one)",
+    )
+    p.add_argument(
+        "--max-records",
+        type=int,
+        default=None,
+        help="at most this many offsets per partition in this run (default: the pipeline's)",
+    )
+    p.add_argument(
+        "--acknowledge-data-loss",
+        action="store_true",
+        help="accept records Kafka deleted before they were read; recorded as 'lost' ranges",
+    )
+
+
+def log(msg: str) -> None:
+    print(f"eosflow ingest: {msg}", file=sys.stderr, flush=True)
+
+
+def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = None) -> int:
+    settings = settings or settings_mod.load()
+    try:
+        summary = job.run(
+            settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
+        )
+    except tuple(EXIT) as exc:
+        kind = next(k for k in EXIT if isinstance(exc, k))
+        print(f"eosflow ingest: {OUTCOME.get(kind, 'failed').upper()}: {exc}", file=sys.stderr, flush=True)
+        return EXIT[kind]
+    print(summary.table(), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ingest_job", description="one eosflow ingestion run")
+    add_arguments(parser)
+    return execute(parser.parse_args(argv))

@@ -1,0 +1,202 @@
+"""Step 5 of the contract: output, rejected rows, ledger and positions in ONE transaction.
+
+Either all of a batch becomes visible with its ranges, or none of it does. A retry of a batch
+that already committed finds its ledger rows and does nothing; a run whose plan no longer
+matches the stored positions (stale plan, zombie, concurrent run) is fenced and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from eosflow.faults import crash_point
+from eosflow.ingest.pipelines import Pipeline
+from eosflow.ingest.ranges import Plan
+from eosflow.ingest.store import staging_table
+
+COMMITTED = "committed"
+ALREADY_COMMITTED = "already committed"
+
+
+class FencedError(RuntimeError):
+    """Another run moved a position this plan starts from; nothing was written."""
+
+
+class StagingIncompleteError(RuntimeError):
+    """The staged rows do not add up to what was read; nothing was written."""
+
+
+@dataclass(frozen=True)
+class PartitionCounts:
+    read: int  # records Spark read in the planned range
+    written: int = 0  # output rows committed
+    rejected: int = 0  # rejected rows committed
+
+
+Key = tuple[str, int]  # (topic, partition)
+
+
+def commit(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """Commit one batch; returns the outcome and the per-partition counts that were committed."""
+    stage = sql.SQL(staging_table(pipeline))
+    target = sql.SQL(pipeline.target_table)
+    with conn.transaction():
+        locked = _lock_positions(conn, plan)
+        (done,) = conn.execute(
+            "select exists (select 1 from eosflow.ledger where batch_id = %s) "
+            "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
+            (plan.batch_id, plan.batch_id),
+        ).fetchone()
+        if done:
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        _check_fencing(plan, locked)
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
+        conn.execute(
+            sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
+                target, columns, columns, stage
+            ),
+            (plan.batch_id,),
+        )
+        conn.execute(
+            "insert into eosflow.rejected select * from staging.rejected "
+            "where batch_id = %s and pipeline = %s",
+            (plan.batch_id, pipeline.name),
+        )
+        for part in plan.partitions:
+            r, key = part.range, (part.range.topic, part.range.partition)
+            if part.lost is not None:
+                _ledger(
+                    conn,
+                    plan,
+                    part.lost.topic,
+                    part.lost.partition,
+                    part.lost.start,
+                    part.lost.end,
+                    "lost",
+                    PartitionCounts(0),
+                )
+            if not r.empty or part.first_seen:
+                # An empty first range still goes in: it fixes where the partition's history starts.
+                _ledger(conn, plan, r.topic, r.partition, r.start, r.end, "data", counts[key])
+                conn.execute(
+                    "update eosflow.positions set next_offset = %s, updated_at = now() "
+                    "where pipeline = %s and topic = %s and partition = %s",
+                    (r.end, plan.pipeline, r.topic, r.partition),
+                )
+        conn.execute(
+            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+            (plan.batch_id,),
+        )
+        _clear_staging(conn, stage, plan.batch_id)
+        crash_point("in_commit")
+    return COMMITTED, counts
+
+
+def _lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, int | None]:
+    # Partition order everywhere, so two commits of one pipeline can never deadlock.
+    rows = conn.execute(
+        "select topic, partition, next_offset from eosflow.positions "
+        "where pipeline = %s and (topic, partition) in (select * from unnest(%s::text[], %s::int[])) "
+        "order by topic, partition for update",
+        (plan.pipeline, [r.topic for r in plan.ranges], [r.partition for r in plan.ranges]),
+    ).fetchall()
+    return {(topic, partition): next_offset for topic, partition, next_offset in rows}
+
+
+def _check_fencing(plan: Plan, locked: Mapping[Key, int | None]) -> None:
+    moved = []
+    for part in plan.partitions:
+        key = (part.range.topic, part.range.partition)
+        expected = None if part.first_seen else (part.lost.start if part.lost else part.range.start)
+        if key not in locked or locked[key] != expected:
+            found = locked.get(key, "no position row")
+            moved.append(
+                f"{part.range.topic}[{part.range.partition}] planned from {expected}, position is now {found}"
+            )
+    if moved:
+        raise FencedError(
+            f"batch {plan.batch_id} is fenced: another run committed these partitions since it was planned "
+            f"({'; '.join(moved)}). Nothing was written. This is the protection against zombies and "
+            "concurrent runs working; start a new run (new run id) to continue from the stored positions."
+        )
+
+
+def _staged_counts(
+    conn: psycopg.Connection,
+    stage: sql.Composable,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+) -> dict[Key, PartitionCounts]:
+    written = dict(
+        conn.execute(
+            sql.SQL("select kafka_partition, count(*) from {} where batch_id = %s group by 1").format(stage),
+            (plan.batch_id,),
+        ).fetchall()
+    )
+    rejected = dict(
+        conn.execute(
+            "select kafka_partition, count(*) from staging.rejected "
+            "where batch_id = %s and pipeline = %s group by 1",
+            (plan.batch_id, pipeline.name),
+        ).fetchall()
+    )
+    counts: dict[Key, PartitionCounts] = {}
+    wrong = []
+    for r in plan.ranges:
+        key = (r.topic, r.partition)
+        c = PartitionCounts(
+            records_read.get(key, 0), written.get(r.partition, 0), rejected.get(r.partition, 0)
+        )
+        if c.written + c.rejected != c.read:
+            wrong.append(f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected")
+        counts[key] = c
+    if wrong:
+        raise StagingIncompleteError(
+            f"batch {plan.batch_id}: staging does not add up to what was read ({'; '.join(wrong)}). "
+            "Nothing was committed; re-run the same run id to re-stage the batch."
+        )
+    return counts
+
+
+def _ledger(
+    conn: psycopg.Connection,
+    plan: Plan,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    kind: str,
+    c: PartitionCounts,
+) -> None:
+    conn.execute(
+        "insert into eosflow.ledger (pipeline, topic, partition, start_offset, end_offset, kind, batch_id, "
+        "records_read, rows_written, rows_rejected) values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (plan.pipeline, topic, partition, start, end, kind, plan.batch_id, c.read, c.written, c.rejected),
+    )
+
+
+def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
+    conn.execute(sql.SQL("delete from {} where batch_id = %s").format(stage), (batch_id,))
+    conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+
+
+def _columns(conn: psycopg.Connection, table: str) -> list[str]:
+    schema, name = table.split(".")
+    return [
+        row[0]
+        for row in conn.execute(
+            "select column_name from information_schema.columns where table_schema = %s and table_name = %s "
+            "order by ordinal_position",
+            (schema, name),
+        ).fetchall()
+    ]

@@ -1,0 +1,50 @@
+"""What Kafka says about a topic's partitions, under read_committed: the planner's input."""
+
+from __future__ import annotations
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from eosflow.ingest.pipelines import InitialOffset
+from eosflow.ingest.planner import PartitionOffsets
+
+
+class TopicMissingError(RuntimeError):
+    pass
+
+
+def partition_offsets(
+    bootstrap: str, topic: str, initial: InitialOffset, timeout: float = 30.0
+) -> dict[int, PartitionOffsets]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic=topic, timeout=timeout)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise TopicMissingError(
+            f"topic {topic!r} does not exist on {bootstrap}; create it (eosflow produce creates it) "
+            "or fix the pipeline's topics"
+        )
+    partitions = sorted(info.partitions)
+
+    def ask(spec: OffsetSpec) -> dict[int, int]:
+        request = {TopicPartition(topic, p): spec for p in partitions}
+        try:
+            futures = admin.list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+            )
+            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        except KafkaException as exc:
+            raise RuntimeError(f"could not list offsets of {topic}: {exc.args[0].str()}") from exc
+
+    log_start = ask(OffsetSpec.earliest())
+    stable_end = ask(OffsetSpec.latest())  # under READ_COMMITTED: the last stable offset
+    initial_at: dict[int, int | None] = dict.fromkeys(partitions)
+    if initial.kind == "latest":
+        initial_at = dict(stable_end)
+    elif initial.kind == "offset":
+        initial_at = dict.fromkeys(partitions, initial.value)
+    elif initial.kind == "timestamp":
+        found = ask(OffsetSpec.for_timestamp(initial.value))
+        # -1: no record at or after that time yet, so start at the end.
+        initial_at = {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}
+    return {p: PartitionOffsets(log_start[p], stable_end[p], initial_at[p]) for p in partitions}

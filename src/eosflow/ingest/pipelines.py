@@ -1,0 +1,141 @@
+"""Pipelines declared in one YAML file (pipelines.yml, or $EOSFLOW_PIPELINES)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from eosflow.settings import Settings
+
+TRANSFORMS = ("orders",)
+_TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class PipelineConfigError(ValueError):
+    """The pipelines file is wrong; the message names the pipeline, the key and what is expected."""
+
+
+@dataclass(frozen=True)
+class InitialOffset:
+    kind: str  # earliest | latest | timestamp | offset
+    value: int | None = None  # epoch milliseconds for timestamp, the offset for offset
+
+    @classmethod
+    def parse(cls, raw: str, where: str) -> InitialOffset:
+        text = str(raw).strip()
+        if text in ("earliest", "latest"):
+            return cls(text)
+        kind, _, arg = text.partition(":")
+        try:
+            if kind == "offset":
+                return cls("offset", int(arg))
+            if kind == "timestamp":
+                stamp = datetime.fromisoformat(arg.replace("Z", "+00:00"))
+                if stamp.tzinfo is None:
+                    raise ValueError("no time zone")
+                return cls("timestamp", int(stamp.timestamp() * 1000))
+        except ValueError:
+            pass
+        raise PipelineConfigError(
+            f"{where}: initial_offset {raw!r} is not one of earliest, latest, "
+            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, offset:<n>"
+        )
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    topics: tuple[str, ...]
+    target_table: str
+    transform: str
+    transform_version: str
+    initial_offset: InitialOffset
+    max_records_per_partition: int
+    max_value_bytes: int
+
+    @property
+    def topic(self) -> str:
+        return self.topics[0]
+
+
+def pipelines_file(settings: Settings) -> Path:
+    return Path(os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml")
+
+
+def load_all(settings: Settings) -> dict[str, Pipeline]:
+    path = pipelines_file(settings)
+    try:
+        body = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise PipelineConfigError(
+            f"no pipelines file at {path}; create one or set EOSFLOW_PIPELINES"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise PipelineConfigError(f"{path} is not valid YAML: {exc}") from None
+    entries = body.get("pipelines")
+    if not isinstance(entries, dict) or not entries:
+        raise PipelineConfigError(
+            f"{path}: expected a top-level 'pipelines:' mapping with at least one pipeline"
+        )
+    return {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
+
+
+def load(settings: Settings, name: str) -> Pipeline:
+    found = load_all(settings)
+    if name not in found:
+        raise PipelineConfigError(
+            f"unknown pipeline {name!r}; {pipelines_file(settings)} declares: {', '.join(sorted(found))}"
+        )
+    return found[name]
+
+
+def _parse(name: str, spec: object, where: str) -> Pipeline:
+    if not _NAME.match(str(name)):
+        raise PipelineConfigError(
+            f"{where}: names are lower-case letters, digits and _ , starting with a letter"
+        )
+    if not isinstance(spec, dict):
+        raise PipelineConfigError(f"{where}: expected a mapping of settings")
+    known = {
+        "topics",
+        "target_table",
+        "transform",
+        "transform_version",
+        "initial_offset",
+        "max_records_per_partition",
+        "max_value_bytes",
+    }
+    if unknown := set(spec) - known:
+        raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    topics = spec.get("topics")
+    if not isinstance(topics, list) or len(topics) != 1 or not all(isinstance(t, str) and t for t in topics):
+        raise PipelineConfigError(f"{where}: topics must be a list with exactly one topic name")
+    table = str(spec.get("target_table", ""))
+    if not _TABLE.match(table):
+        raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
+    transform = spec.get("transform", "orders")
+    if transform not in TRANSFORMS:
+        raise PipelineConfigError(f"{where}: transform {transform!r} unknown; available: {list(TRANSFORMS)}")
+
+    def positive(key: str, default: int) -> int:
+        value = spec.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PipelineConfigError(f"{where}: {key} must be a whole number >= 1, not {value!r}")
+        return value
+
+    return Pipeline(
+        name=name,
+        topics=tuple(topics),
+        target_table=table,
+        transform=transform,
+        transform_version=str(spec.get("transform_version", "v1")),
+        initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
+        max_records_per_partition=positive("max_records_per_partition", 500_000),
+        max_value_bytes=positive("max_value_bytes", 65_536),
+    )

@@ -1,0 +1,91 @@
+"""The warehouse side of planning: persisted plans and stored positions."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+from psycopg import sql
+
+from eosflow.ingest.pipelines import Pipeline
+from eosflow.ingest.ranges import PartitionPlan, Plan
+
+
+def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, int | None]:
+    rows = conn.execute(
+        "select partition, next_offset from eosflow.positions where pipeline = %s and topic = %s",
+        (pipeline, topic),
+    ).fetchall()
+    return {partition: next_offset for partition, next_offset in rows}
+
+
+def has_committed(conn: psycopg.Connection, pipeline: str) -> bool:
+    row = conn.execute(
+        "select 1 from eosflow.positions where pipeline = %s and next_offset is not null limit 1", (pipeline,)
+    ).fetchone()
+    return row is not None
+
+
+def load_plan(conn: psycopg.Connection, batch_id: str) -> tuple[Plan, str] | None:
+    row = conn.execute(
+        "select pipeline, run_id, partitions, status from eosflow.plans where batch_id = %s", (batch_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    pipeline, run_id, parts, status = row
+    return Plan(batch_id, pipeline, run_id, tuple(PartitionPlan.from_json(p) for p in parts)), status
+
+
+def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
+    """Persist a new plan, or return the one a concurrent run with the same batch_id saved first.
+
+    Position rows are created (NULL: never committed) for every planned partition, so the commit
+    always has a row to lock, even for a partition's very first range.
+    """
+    with conn.transaction():
+        inserted = conn.execute(
+            "insert into eosflow.plans (batch_id, pipeline, run_id, partitions) values (%s, %s, %s, %s) "
+            "on conflict (batch_id) do nothing returning batch_id",
+            (plan.batch_id, plan.pipeline, plan.run_id, json.dumps(plan.to_json())),
+        ).fetchone()
+        for r in plan.ranges:
+            conn.execute(
+                "insert into eosflow.positions (pipeline, topic, partition, next_offset) "
+                "values (%s, %s, %s, null) on conflict do nothing",
+                (plan.pipeline, r.topic, r.partition),
+            )
+    if inserted is None:
+        existing = load_plan(conn, plan.batch_id)
+        assert existing is not None
+        return existing[0]
+    return plan
+
+
+def staging_table(pipeline: Pipeline) -> str:
+    """staging.<schema>__<table>: one staging twin per target, never shared by two pipelines' targets."""
+    schema, table = pipeline.target_table.split(".")
+    return f"staging.{schema}__{table}"
+
+
+def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
+    """The pipeline's output table (from the transform's template) and its staging twin."""
+    schema, table = pipeline.target_table.split(".")
+    template = sql.SQL("raw.orders")  # the orders transform's table, made by migration 002
+    target = sql.Identifier(schema, table)
+    stage = sql.Identifier(*staging_table(pipeline).split("."))
+    with conn.transaction():
+        conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
+        if pipeline.target_table != "raw.orders":
+            conn.execute(
+                sql.SQL("create table if not exists {} (like {} including all)").format(target, template)
+            )
+        conn.execute(
+            sql.SQL("create unlogged table if not exists {} (like {} including defaults)").format(
+                stage, target
+            )
+        )
+        conn.execute(
+            sql.SQL("create index if not exists {} on {} (batch_id)").format(
+                sql.Identifier(f"{schema}__{table}_batch"), stage
+            )
+        )

@@ -1,0 +1,112 @@
+"""A pipeline of its own for one test: its topic, target table and pipelines file, plus helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import yaml
+
+from eosflow.ingest import job, pipelines
+from eosflow.kafka_admin import ensure_topic
+from eosflow.produce import events
+from eosflow.produce.manifest import Manifest
+from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow.settings import Settings
+from eosflow.warehouse import invariants
+
+
+@dataclass
+class IngestCase:
+    settings: Settings
+    config_path: Path
+    name: str = field(default_factory=lambda: f"t_{uuid.uuid4().hex[:10]}")
+    spec: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.spec = {
+            "topics": [f"ingest.{self.name}"],
+            "target_table": f"raw.{self.name}",
+            "transform": "orders",
+            "transform_version": "v1",
+            "initial_offset": "earliest",
+            "max_records_per_partition": 100_000,
+            "max_value_bytes": 4096,
+        } | self.spec
+        self.write_config()
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def write_config(self, **changes) -> None:
+        self.spec |= changes
+        self.config_path.write_text(yaml.safe_dump({"pipelines": {self.name: self.spec}}))
+
+    @property
+    def topic(self) -> str:
+        return self.spec["topics"][0]
+
+    @property
+    def table(self) -> str:
+        return self.spec["target_table"]
+
+    @property
+    def pipeline(self) -> pipelines.Pipeline:
+        return pipelines.load(self.settings, self.name)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return dict(os.environ, EOSFLOW_PIPELINES=str(self.config_path), **extra)
+
+    def create_topic(self, partitions: int, config: dict[str, str] | None = None) -> None:
+        ensure_topic(
+            self.settings.bootstrap_servers, self.topic, partitions, config=config, log=lambda m: None
+        )
+
+    def produce(self, count: int, seed: int, partitions: int = 3, **delivery) -> Manifest:
+        self.create_topic(partitions)
+        d = Delivery(**delivery) if delivery else Delivery()
+        producer = EventProducer(self.settings.bootstrap_servers, self.topic, d, seed=seed)
+        return produce_stream(producer, events.generate(seed, count), seed)
+
+    # -- running ------------------------------------------------------------------------------------
+    def ingest(self, run_id: str | None = None, **kw) -> job.RunSummary:
+        return job.run(self.settings, self.name, run_id, log=lambda m: None, **kw)
+
+    def ingest_process(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+        """`eosflow ingest` in a process of its own, as an operator (or a crash test) runs it."""
+        return subprocess.run(
+            [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", self.name, *args],
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    # -- looking at the warehouse ---------------------------------------------------------------------
+    def query(self, sql: str, *params) -> list[tuple]:
+        with psycopg.connect(self.settings.warehouse_dsn) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def event_ids(self) -> list[str]:
+        return [str(r[0]) for r in self.query(f"select event_id from {self.table}")]
+
+    def rejected(self) -> list[tuple]:
+        return self.query(
+            "select kafka_partition, kafka_offset, error, raw_value from eosflow.rejected "
+            "where pipeline = %s order by 1, 2",
+            self.name,
+        )
+
+    def ledger(self) -> list[tuple]:
+        return self.query(
+            "select partition, start_offset, end_offset, kind, records_read, rows_written, "
+            "rows_rejected from eosflow.ledger where pipeline = %s order by 1, 2",
+            self.name,
+        )
+
+    def violations(self) -> list[invariants.Violation]:
+        with psycopg.connect(self.settings.warehouse_dsn) as conn:
+            return invariants.check(conn, self.pipeline)
