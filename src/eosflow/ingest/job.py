@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import psycopg
@@ -21,49 +20,11 @@ from eosflow.ingest import pipelines, store
 from eosflow.ingest.kafka_offsets import partition_offsets
 from eosflow.ingest.planner import plan_partitions
 from eosflow.ingest.ranges import Plan, batch_id_for
+from eosflow.ingest.summary import RunSummary
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
 
 Log = Callable[[str], None]
-
-
-@dataclass
-class RunSummary:
-    pipeline: str
-    batch_id: str
-    outcome: str = "failed"
-    plan: Plan | None = None
-    counts: dict[tuple[str, int], commit_mod.PartitionCounts] = field(default_factory=dict)
-    phases: dict[str, float] = field(default_factory=dict)
-    reused_plan: bool = False
-
-    def table(self) -> str:
-        lines = [
-            f"pipeline {self.pipeline}  batch {self.batch_id}  outcome: {self.outcome.upper()}"
-            + ("  (plan reused from an earlier attempt)" if self.reused_plan else "")
-        ]
-        if self.plan is not None:
-            lines.append(
-                f"  {'partition':<22}{'start':>10}{'end':>10}{'read':>9}{'written':>9}"
-                f"{'rejected':>9}{'lag':>9}"
-            )
-            for part in self.plan.partitions:
-                r = part.range
-                c = self.counts.get((r.topic, r.partition))
-                nums = f"{c.read:>9,}{c.written:>9,}{c.rejected:>9,}" if c else f"{'-':>9}{'-':>9}{'-':>9}"
-                note = f"  lost [{part.lost.start}, {part.lost.end})" if part.lost else ""
-                note += "  (first range)" if part.first_seen else ""
-                lines.append(
-                    f"  {r.topic + '[' + str(r.partition) + ']':<22}{r.start:>10}{r.end:>10}{nums}"
-                    f"{part.lag_after:>9,}{note}"
-                )
-            total = [
-                sum(getattr(c, f) for c in self.counts.values()) for f in ("read", "written", "rejected")
-            ]
-            lines.append(f"  {'total':<42}{total[0]:>9,}{total[1]:>9,}{total[2]:>9,}")
-        if self.phases:
-            lines.append("  time: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items()))
-        return "\n".join(lines)
 
 
 def new_run_id() -> str:
