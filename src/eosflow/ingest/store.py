@@ -74,6 +74,10 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
     target = sql.Identifier(schema, table)
     stage = sql.Identifier(*staging_table(pipeline).split("."))
     with conn.transaction():
+        # `create ... if not exists` races in the catalog when two runs of a new pipeline start at once.
+        conn.execute(
+            "select pg_advisory_xact_lock(hashtext(%s))", (f"eosflow.ensure_target:{pipeline.target_table}",)
+        )
         conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
         if pipeline.target_table != "raw.orders":
             conn.execute(
