@@ -55,6 +55,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return execute(args, settings_mod.load())
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from eosflow.ingest.backfill_cli import execute
+
+    return execute(args, settings_mod.load())
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     from eosflow.airflow_local import serve
 
@@ -88,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="one exactly-once ingestion run of a pipeline (plan, read, commit)")
     add_ingest_arguments(p)
     p.set_defaults(func=cmd_ingest)
+
+    from eosflow.ingest.backfill_cli import add_arguments as add_backfill_arguments
+
+    p = sub.add_parser("backfill", help="catch up or replay an offset range, validated first, in chunks")
+    add_backfill_arguments(p)
+    p.set_defaults(func=cmd_backfill)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)

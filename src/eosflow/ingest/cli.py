@@ -20,6 +20,7 @@ EXIT = {
     DataLossError: 4,
     ReadDataLossError: 4,
     commit.StagingIncompleteError: 5,
+    commit.ReplayOutsideCommittedError: 5,
     ReadOutsidePlanError: 5,
     PositionBeyondLogError: 2,
     pipelines.PipelineConfigError: 2,
@@ -42,10 +43,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="at most this many offsets per partition in this run (default: the pipeline's)",
     )
     p.add_argument(
+        "--range",
+        type=parse_range,
+        default=None,
+        metavar="TOPIC:PARTITION:START-END",
+        help="run one backfill chunk over exactly this range (with --mode)",
+    )
+    p.add_argument("--mode", choices=["catch-up", "replay"], default=None, help="with --range")
+    p.add_argument(
         "--acknowledge-data-loss",
         action="store_true",
         help="accept records Kafka deleted before they were read; recorded as 'lost' ranges",
     )
+
+
+def parse_range(text: str):
+    """TOPIC:PARTITION:START-END, as backfill chunks are handed to the job."""
+    from eosflow.ingest.ranges import OffsetRange
+
+    try:
+        topic, partition, span = text.rsplit(":", 2)
+        start, end = span.split("-")
+        return OffsetRange(topic, int(partition), int(start), int(end))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOPIC:PARTITION:START-END, got {text!r}") from None
 
 
 def log(msg: str) -> None:
@@ -55,9 +76,15 @@ def log(msg: str) -> None:
 def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = None) -> int:
     settings = settings or settings_mod.load()
     try:
-        summary = job.run(
-            settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
-        )
+        if args.range is not None:
+            if args.mode is None or args.run_id is None:
+                print("eosflow ingest: --range needs --mode and --run-id", file=sys.stderr)
+                return 2
+            summary = job.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, log)
+        else:
+            summary = job.run(
+                settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
+            )
     except tuple(EXIT) as exc:
         kind = next(k for k in EXIT if isinstance(exc, k))
         print(f"eosflow ingest: {OUTCOME.get(kind, 'failed').upper()}: {exc}", file=sys.stderr, flush=True)

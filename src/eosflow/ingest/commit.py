@@ -48,12 +48,7 @@ def commit(
     target = sql.SQL(pipeline.target_table)
     with conn.transaction():
         locked = _lock_positions(conn, plan)
-        (done,) = conn.execute(
-            "select exists (select 1 from eosflow.ledger where batch_id = %s) "
-            "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
-            (plan.batch_id, plan.batch_id),
-        ).fetchone()
-        if done:
+        if _already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         _check_fencing(plan, locked)
@@ -200,3 +195,76 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
             (schema, name),
         ).fetchall()
     ]
+
+
+class ReplayOutsideCommittedError(RuntimeError):
+    """A replay may only re-read offsets that are committed."""
+
+
+def commit_replay(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """Replace the rows of already committed ranges with their re-read versions; positions stay.
+
+    The position rows are locked as in a normal commit, so a replay and a normal run of the same
+    partition never interleave their commits.
+    """
+    stage = sql.SQL(staging_table(pipeline))
+    target = sql.SQL(pipeline.target_table)
+    with conn.transaction():
+        locked = _lock_positions(conn, plan)
+        if _already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        beyond = [str(r) for r in plan.ranges if (locked.get((r.topic, r.partition)) or 0) < r.end]
+        if beyond:
+            raise ReplayOutsideCommittedError(
+                f"replay {plan.batch_id}: {', '.join(beyond)} reaches past the committed position; "
+                "nothing was written. Replay only committed offsets, or catch up first."
+            )
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
+        for r in plan.ranges:
+            where = (r.topic, r.partition, r.start, r.end)
+            conn.execute(
+                sql.SQL(
+                    "delete from {} where kafka_topic = %s and kafka_partition = %s "
+                    "and kafka_offset >= %s and kafka_offset < %s"
+                ).format(target),
+                where,
+            )
+            conn.execute(
+                "delete from eosflow.rejected where pipeline = %s and kafka_topic = %s "
+                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
+                (pipeline.name, *where),
+            )
+            _ledger(
+                conn, plan, r.topic, r.partition, r.start, r.end, "replay", counts[(r.topic, r.partition)]
+            )
+        conn.execute(
+            sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
+                target, columns, columns, stage
+            ),
+            (plan.batch_id,),
+        )
+        conn.execute(
+            "insert into eosflow.rejected select * from staging.rejected "
+            "where batch_id = %s and pipeline = %s",
+            (plan.batch_id, pipeline.name),
+        )
+        conn.execute(
+            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+            (plan.batch_id,),
+        )
+        _clear_staging(conn, stage, plan.batch_id)
+        crash_point("in_commit")
+    return COMMITTED, counts
+
+
+def _already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
+    (done,) = conn.execute(
+        "select exists (select 1 from eosflow.ledger where batch_id = %s) "
+        "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
+        (batch_id, batch_id),
+    ).fetchone()
+    return done

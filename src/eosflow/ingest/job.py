@@ -19,7 +19,7 @@ from eosflow.ingest import commit as commit_mod
 from eosflow.ingest import pipelines, store
 from eosflow.ingest.kafka_offsets import partition_offsets
 from eosflow.ingest.planner import plan_partitions
-from eosflow.ingest.ranges import Plan, batch_id_for
+from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan, batch_id_for
 from eosflow.ingest.summary import RunSummary
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
@@ -39,26 +39,76 @@ def run(
     acknowledge_data_loss: bool = False,
     log: Log = print,
 ) -> RunSummary:
+    """A scheduled (or manual) run: plan every partition from the stored positions, then commit."""
     pipeline = pipelines.load(settings, pipeline_name)
     run_id = run_id or new_run_id()
-    summary = RunSummary(pipeline.name, batch_id_for(pipeline.name, run_id))
+    batch_id = batch_id_for(pipeline.name, run_id)
+
+    def make_plan(conn) -> tuple[Plan, str | None]:
+        return _plan(conn, settings, pipeline, run_id, batch_id, max_records, acknowledge_data_loss, log)
+
+    return _execute(settings, pipeline, batch_id, make_plan, log)
+
+
+def prepare(settings: Settings, pipeline_name: str, run_id: str, log: Log = print) -> tuple[Plan, str | None]:
+    """Step 1 alone: plan and persist (or find) the run's plan; the orchestrator's plan task."""
+    pipeline = pipelines.load(settings, pipeline_name)
+    migrate(settings.warehouse_dsn, log=log)
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        store.ensure_target(conn, pipeline)
+        return _plan(conn, settings, pipeline, run_id, batch_id_for(pipeline.name, run_id), None, False, log)
+
+
+def run_chunk(
+    settings: Settings, pipeline_name: str, run_id: str, chunk: OffsetRange, kind: str, log: Log = print
+) -> RunSummary:
+    """One backfill chunk: an explicit range, as a catch-up (moves the position) or a replay (does not).
+
+    The range was validated by eosflow.ingest.backfill; the commit re-checks what matters under
+    lock (fencing for a catch-up, committed-ness for a replay).
+    """
+    if kind not in ("catch-up", "replay"):
+        raise ValueError(f"a chunk is a catch-up or a replay, not {kind!r}")
+    pipeline = pipelines.load(settings, pipeline_name)
+    batch_id = batch_id_for(pipeline.name, run_id, chunk, kind)
+
+    def make_plan(conn) -> tuple[Plan, str | None]:
+        existing = store.load_plan(conn, batch_id)
+        if existing is not None:
+            return existing
+        first_seen = store.positions(conn, pipeline.name, chunk.topic).get(chunk.partition) is None
+        part = PartitionPlan(chunk, first_seen=first_seen and kind == "catch-up")
+        return store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, (part,), kind)), None
+
+    return _execute(settings, pipeline, batch_id, make_plan, log)
+
+
+def _execute(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    batch_id: str,
+    make_plan: Callable[[psycopg.Connection], tuple[Plan, str | None]],
+    log: Log,
+) -> RunSummary:
+    """Steps 2 to 5 of the contract, the same for every kind of plan."""
+    summary = RunSummary(pipeline.name, batch_id)
     timer = _Timer(summary.phases)
     migrate(settings.warehouse_dsn, log=log)
-
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
         with timer("plan"):
-            plan, status = _plan(
-                conn, settings, pipeline, run_id, summary.batch_id, max_records, acknowledge_data_loss, log
+            plan, status = make_plan(conn)
+        summary.plan, summary.reused_plan = plan, status is not None
+        if status is not None:
+            log(
+                f"reusing the plan persisted for {batch_id} ({status}): a retry reads exactly the same ranges"
             )
-        summary.plan = plan
-        summary.reused_plan = status is not None
         if status == "committed":
             summary.outcome = commit_mod.ALREADY_COMMITTED
-            log(f"batch {summary.batch_id} committed earlier: nothing to do")
+            log(f"batch {batch_id} committed earlier: nothing to do")
             return summary
         log(
-            "plan: " + "; ".join(f"{r} ({r.span:,} offsets)" for r in plan.nonempty)
+            f"{plan.kind} plan: " + "; ".join(f"{r} ({r.span:,} offsets)" for r in plan.nonempty)
             if plan.nonempty
             else "plan: no new records in any partition"
         )
@@ -67,8 +117,9 @@ def run(
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
             records_read = _read_transform_stage(settings, pipeline, plan, timer, log)
+        commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
         with timer("commit"):
-            summary.outcome, summary.counts = commit_mod.commit(conn, pipeline, plan, records_read)
+            summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
         crash_point("after_commit")
     return summary
 
@@ -85,9 +136,7 @@ def _plan(
 ) -> tuple[Plan, str | None]:
     existing = store.load_plan(conn, batch_id)
     if existing is not None:
-        plan, status = existing
-        log(f"reusing the plan persisted for {batch_id} ({status}): a retry reads exactly the same ranges")
-        return plan, status
+        return existing
     kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, pipeline.initial_offset)
     if store.has_committed(conn, pipeline.name):
         # The initial policy is for a pipeline's first run; a partition added later starts at its

@@ -48,3 +48,21 @@ def partition_offsets(
         # -1: no record at or after that time yet, so start at the end.
         initial_at = {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}
     return {p: PartitionOffsets(log_start[p], stable_end[p], initial_at[p]) for p in partitions}
+
+
+def offsets_for_time(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    epoch_ms: int,
+    stable_end: dict[int, int],
+    timeout: float = 30.0,
+) -> dict[int, int]:
+    """Per partition, the first offset whose record time is at or after epoch_ms (the end if none)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(topic, p): OffsetSpec.for_timestamp(epoch_ms) for p in partitions}
+    futures = admin.list_offsets(
+        request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+    )
+    found = {tp.partition: fut.result().offset for tp, fut in futures.items()}
+    return {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}

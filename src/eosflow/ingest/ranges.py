@@ -70,12 +70,16 @@ class PartitionPlan:
         )
 
 
+PLAN_KINDS = ("ingest", "catch-up", "replay")
+
+
 @dataclass(frozen=True)
 class Plan:
     batch_id: str
     pipeline: str
     run_id: str
     partitions: tuple[PartitionPlan, ...] = field(default_factory=tuple)
+    kind: str = "ingest"  # see PLAN_KINDS: only a replay leaves positions where they are
 
     @property
     def ranges(self) -> list[OffsetRange]:
@@ -100,5 +104,10 @@ class Plan:
         return json.dumps(starting, sort_keys=True), json.dumps(ending, sort_keys=True)
 
 
-def batch_id_for(pipeline: str, run_id: str) -> str:
-    return f"{pipeline}:{run_id}"
+def batch_id_for(
+    pipeline: str, run_id: str, explicit: OffsetRange | None = None, kind: str = "ingest"
+) -> str:
+    """Stable per run, and per chunk for backfills, so a retried chunk finds its own commit."""
+    if explicit is None:
+        return f"{pipeline}:{run_id}"
+    return f"{pipeline}:{run_id}:{kind}:{explicit.topic}:{explicit.partition}:{explicit.start}-{explicit.end}"

@@ -19,6 +19,18 @@ def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, 
     return {partition: next_offset for partition, next_offset in rows}
 
 
+def committed_span(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (first committed start, stored position): the range a replay may cover."""
+    rows = conn.execute(
+        "select l.partition, min(l.start_offset), p.next_offset from eosflow.ledger l "
+        "join eosflow.positions p using (pipeline, topic, partition) "
+        "where l.pipeline = %s and l.topic = %s and l.kind = 'data' and p.next_offset is not null "
+        "group by l.partition, p.next_offset",
+        (pipeline, topic),
+    ).fetchall()
+    return {partition: (first, position) for partition, first, position in rows}
+
+
 def has_committed(conn: psycopg.Connection, pipeline: str) -> bool:
     row = conn.execute(
         "select 1 from eosflow.positions where pipeline = %s and next_offset is not null limit 1", (pipeline,)
@@ -28,12 +40,13 @@ def has_committed(conn: psycopg.Connection, pipeline: str) -> bool:
 
 def load_plan(conn: psycopg.Connection, batch_id: str) -> tuple[Plan, str] | None:
     row = conn.execute(
-        "select pipeline, run_id, partitions, status from eosflow.plans where batch_id = %s", (batch_id,)
+        "select pipeline, run_id, partitions, status, kind from eosflow.plans where batch_id = %s",
+        (batch_id,),
     ).fetchone()
     if row is None:
         return None
-    pipeline, run_id, parts, status = row
-    return Plan(batch_id, pipeline, run_id, tuple(PartitionPlan.from_json(p) for p in parts)), status
+    pipeline, run_id, parts, status, kind = row
+    return Plan(batch_id, pipeline, run_id, tuple(PartitionPlan.from_json(p) for p in parts), kind), status
 
 
 def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
@@ -44,9 +57,9 @@ def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
     """
     with conn.transaction():
         inserted = conn.execute(
-            "insert into eosflow.plans (batch_id, pipeline, run_id, partitions) values (%s, %s, %s, %s) "
-            "on conflict (batch_id) do nothing returning batch_id",
-            (plan.batch_id, plan.pipeline, plan.run_id, json.dumps(plan.to_json())),
+            "insert into eosflow.plans (batch_id, pipeline, run_id, partitions, kind) "
+            "values (%s, %s, %s, %s, %s) on conflict (batch_id) do nothing returning batch_id",
+            (plan.batch_id, plan.pipeline, plan.run_id, json.dumps(plan.to_json()), plan.kind),
         ).fetchone()
         for r in plan.ranges:
             conn.execute(

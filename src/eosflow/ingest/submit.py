@@ -29,7 +29,9 @@ def spark_env(settings: Settings) -> dict[str, str]:
     """Environment for spark-submit: Spark is the pip-installed pyspark; Python is this venv's."""
     import pyspark
 
+    venv_bin = str(Path(sys.executable).parent)
     return {
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),  # spark-submit itself is the venv's
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,

@@ -1,0 +1,58 @@
+"""Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`).
+
+Connections are the one place an Airflow deployment configures where Kafka and the warehouse
+are; the Spark job receives the same values as EOSFLOW_* variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from airflow.sdk.bases.hook import BaseHook
+
+from eosflow import settings as settings_mod
+
+WAREHOUSE_CONN_ID = "warehouse"
+KAFKA_CONN_ID = "kafka_default"
+
+
+class EosflowHook(BaseHook):
+    """Where Kafka and the warehouse are, read from Airflow's connections."""
+
+    def __init__(
+        self, warehouse_conn_id: str = WAREHOUSE_CONN_ID, kafka_conn_id: str = KAFKA_CONN_ID
+    ) -> None:
+        super().__init__()
+        self.warehouse_conn_id = warehouse_conn_id
+        self.kafka_conn_id = kafka_conn_id
+
+    def settings(self) -> settings_mod.Settings:
+        base = settings_mod.load()
+        wh = self.get_connection(self.warehouse_conn_id)
+        bootstrap = self.get_connection(self.kafka_conn_id).extra_dejson.get(
+            "bootstrap.servers", base.bootstrap_servers
+        )
+        host, _, port = bootstrap.split(",")[0].rpartition(":")
+        return dataclasses.replace(
+            base,
+            pg_host=wh.host or base.pg_host,
+            pg_port=int(wh.port or base.pg_port),
+            pg_database=wh.schema or base.pg_database,
+            pg_user=wh.login or base.pg_user,
+            pg_password=wh.password or base.pg_password,
+            kafka_host=host or base.kafka_host,
+            kafka_port=int(port or base.kafka_port),
+        )
+
+    def job_env(self) -> dict[str, str]:
+        """The same settings as environment for the spark-submit'ed job."""
+        s = self.settings()
+        return {
+            "EOSFLOW_PG_HOST": s.pg_host,
+            "EOSFLOW_PG_PORT": str(s.pg_port),
+            "EOSFLOW_PG_DATABASE": s.pg_database,
+            "EOSFLOW_PG_USER": s.pg_user,
+            "EOSFLOW_PG_PASSWORD": s.pg_password,
+            "EOSFLOW_KAFKA_HOST": s.kafka_host,
+            "EOSFLOW_KAFKA_PORT": str(s.kafka_port),
+        }
