@@ -68,11 +68,15 @@ def airflow_env(settings: Settings) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(settings.root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.root / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # Ingest DAGs are meant to run on their schedule as soon as they appear.
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(settings)),
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(settings.airflow_port),
+            # Task workers report to the API server; without this they call the default port 8080.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{settings.airflow_port}/execution/",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             # spark-submit and the eosflow CLI must be the venv's.
             "PATH": venv_bin + os.pathsep + env.get("PATH", ""),
@@ -83,15 +87,16 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def start(settings: Settings, log=print, **popen_kwargs) -> subprocess.Popen:
+def start(
+    settings: Settings, log=print, extra_env: dict[str, str] | None = None, **popen_kwargs
+) -> subprocess.Popen:
     """Start `airflow standalone` in its own process group and return at once."""
     password = admin_password(settings)
     log(f"airflow UI: http://127.0.0.1:{settings.airflow_port}  user {ADMIN_USER}  password {password}")
     log(f"(the password is kept in {passwords_file(settings)}; AIRFLOW_HOME is {settings.airflow_home})")
     airflow = str(Path(sys.executable).parent / "airflow")
-    return subprocess.Popen(
-        [airflow, "standalone"], env=airflow_env(settings), start_new_session=True, **popen_kwargs
-    )
+    env = airflow_env(settings) | (extra_env or {})
+    return subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True, **popen_kwargs)
 
 
 def serve(settings: Settings, log=print) -> int:

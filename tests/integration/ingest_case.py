@@ -55,7 +55,7 @@ class IngestCase:
 
     @property
     def pipeline(self) -> pipelines.Pipeline:
-        return pipelines.load(self.settings, self.name)
+        return pipelines.load(self.settings, self.name, self.config_path)
 
     def env(self, **extra: str) -> dict[str, str]:
         return dict(os.environ, EOSFLOW_PIPELINES=str(self.config_path), **extra)

@@ -68,8 +68,8 @@ def pipelines_file(settings: Settings) -> Path:
     return Path(os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml")
 
 
-def load_all(settings: Settings) -> dict[str, Pipeline]:
-    path = pipelines_file(settings)
+def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline]:
+    path = path or pipelines_file(settings)
     try:
         body = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
@@ -86,11 +86,12 @@ def load_all(settings: Settings) -> dict[str, Pipeline]:
     return {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
 
 
-def load(settings: Settings, name: str) -> Pipeline:
-    found = load_all(settings)
+def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
+    found = load_all(settings, path)
     if name not in found:
         raise PipelineConfigError(
-            f"unknown pipeline {name!r}; {pipelines_file(settings)} declares: {', '.join(sorted(found))}"
+            f"unknown pipeline {name!r}; {path or pipelines_file(settings)} declares: "
+            f"{', '.join(sorted(found))}"
         )
     return found[name]
 
