@@ -106,3 +106,13 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
                 sql.Identifier(f"{schema}__{table}_batch"), stage
             )
         )
+
+
+def committed_counts(conn: psycopg.Connection, batch_id: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(topic, partition) -> (read, written, rejected) as the ledger recorded a batch's data ranges."""
+    rows = conn.execute(
+        "select topic, partition, records_read, rows_written, rows_rejected from eosflow.ledger "
+        "where batch_id = %s and kind <> 'lost'",
+        (batch_id,),
+    ).fetchall()
+    return {(t, p): (r, w, j) for t, p, r, w, j in rows}
