@@ -103,9 +103,8 @@ def _run_dag(settings: Settings, log) -> str | None:
         log_path.read_text(errors="replace"),
     )
     if not finished or finished[-1][1] != "success":
-        log(
-            f"the DAG run did not succeed ({finished[-1][1] if finished else 'no result'}); task logs: {log_path}"
-        )
+        state = finished[-1][1] if finished else "no result"
+        log(f"the DAG run did not succeed ({state}); task logs: {log_path}")
         return None
     log(f"DAG run {finished[-1][0]} succeeded (task logs: {log_path})")
     return finished[-1][0]
