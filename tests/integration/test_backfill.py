@@ -95,3 +95,24 @@ def test_backfill_cli_refuses_then_runs_by_time(case):
     )
     assert dry.returncode == 0, dry.stderr
     assert f"{case.topic}[0] [0, 300)" in dry.stderr
+
+
+def test_a_backfill_and_a_scheduled_run_cannot_corrupt_each_other(case):
+    from eosflow.ingest import job
+
+    manifest = case.produce(500, seed=305, partitions=1)
+    case.ingest(max_records=100)
+    # A scheduled run plans [100, 500) ...
+    planned, _ = job.prepare(case.settings, case.name, "scheduled-1", log=lambda m: None)
+    assert [(r.start, r.end) for r in planned.nonempty] == [(100, 500)]
+    # ... but a catch-up backfill commits those offsets first.
+    request = BackfillRequest(case.name, "catch-up", None, chunk_size=1000)
+    backfill_run.run(
+        case.settings, request, "bf-race", backfill_run.resolve(case.settings, request), log=lambda m: None
+    )
+    # The scheduled run, resuming with its persisted plan, is fenced and writes nothing.
+    late = case.ingest_process("--run-id", "scheduled-1")
+    assert late.returncode == 3
+    assert "FENCED" in late.stderr and "planned from 100, position is now 500" in late.stderr
+    assert sorted(case.event_ids()) == sorted(r.event_id for r in manifest.visible())
+    assert case.violations() == []
