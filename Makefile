@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test airflow up down status lint clean
+.PHONY: setup browser demo test airflow up down status lint clean
 
 ## setup: the virtualenv (Python packages from PyPI) and the jars (Maven Central); idempotent
 setup: $(STAMP)
@@ -20,12 +20,22 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q --force-reinstall --no-deps pyspark==4.3.0
 	@touch $(STAMP)
 
+## browser: Debian's Chromium, for the Playwright test of the Airflow UI (never `playwright install`)
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium; \
+	else \
+		echo "the browser test needs /usr/bin/chromium: run as root: apt-get install chromium"; exit 1; \
+	fi
+
 ## demo: the main job end to end on the local stack
 demo: setup
 	$(BIN)/eosflow demo
 
-## test: the whole suite against the real stack (unit and integration)
-test: setup
+## test: lint, then the whole suite against the real stack (unit, integration, Airflow, browser)
+test: setup browser
+	$(BIN)/ruff check .
 	$(BIN)/eosflow stack up
 	$(BIN)/pytest
 

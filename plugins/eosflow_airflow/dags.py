@@ -77,8 +77,12 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
             "to_offset": Param(
                 None, type=["null", "integer"], minimum=0, description="end offset, exclusive"
             ),
-            "from_time": Param("", type="string", description="instead of from_offset: ISO-8601 with zone"),
-            "to_time": Param("", type="string", description="instead of to_offset: ISO-8601 with zone"),
+            "from_time": Param(
+                None, type=["null", "string"], description="instead of from_offset: ISO-8601 with zone"
+            ),
+            "to_time": Param(
+                None, type=["null", "string"], description="instead of to_offset: ISO-8601 with zone"
+            ),
             "chunk_size": Param(100_000, type="integer", minimum=1, description="offsets per Spark job"),
         },
         doc_md="Validates everything first (pipeline, partitions, bounds, stored position, committed "

@@ -9,6 +9,17 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
+def test_the_ui_is_served_and_only_the_right_password_logs_in(airflow_server):
+    server, _ = airflow_server
+    code, page = server.request("GET", "/api/v2/monitor/health")
+    assert code == 200 and page["metadatabase"]["status"] == "healthy"
+    wrong = server.request("POST", "/auth/token", {"username": "admin", "password": "wrong"})
+    assert wrong[0] in (401, 403)
+    code, dags = server.request("GET", "/api/v2/dags", token=server.token())
+    assert code == 200
+    assert {d["dag_id"] for d in dags["dags"]} >= {"eosflow_backfill"}
+
+
 def test_backfill_triggered_through_the_rest_api_succeeds(airflow_server):
     server, pipeline = airflow_server
     token = server.token()

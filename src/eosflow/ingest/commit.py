@@ -15,7 +15,7 @@ from psycopg import sql
 
 from eosflow.faults import crash_point
 from eosflow.ingest.pipelines import Pipeline
-from eosflow.ingest.ranges import Plan
+from eosflow.ingest.ranges import OffsetRange, Plan
 from eosflow.ingest.store import staging_table
 
 COMMITTED = "committed"
@@ -54,45 +54,20 @@ def commit(
         _check_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
 
-        columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
-        conn.execute(
-            sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
-                target, columns, columns, stage
-            ),
-            (plan.batch_id,),
-        )
-        conn.execute(
-            "insert into eosflow.rejected select * from staging.rejected "
-            "where batch_id = %s and pipeline = %s",
-            (plan.batch_id, pipeline.name),
-        )
+        _publish_staged(conn, pipeline, plan, stage, target)
         for part in plan.partitions:
             r, key = part.range, (part.range.topic, part.range.partition)
             if part.lost is not None:
-                _ledger(
-                    conn,
-                    plan,
-                    part.lost.topic,
-                    part.lost.partition,
-                    part.lost.start,
-                    part.lost.end,
-                    "lost",
-                    PartitionCounts(0),
-                )
+                _ledger(conn, plan, part.lost, "lost", PartitionCounts(0))
             if not r.empty or part.first_seen:
                 # An empty first range still goes in: it fixes where the partition's history starts.
-                _ledger(conn, plan, r.topic, r.partition, r.start, r.end, "data", counts[key])
+                _ledger(conn, plan, r, "data", counts[key])
                 conn.execute(
                     "update eosflow.positions set next_offset = %s, updated_at = now() "
                     "where pipeline = %s and topic = %s and partition = %s",
                     (r.end, plan.pipeline, r.topic, r.partition),
                 )
-        conn.execute(
-            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
-            (plan.batch_id,),
-        )
-        _clear_staging(conn, stage, plan.batch_id)
-        crash_point("in_commit")
+        _finish(conn, stage, plan)
     return COMMITTED, counts
 
 
@@ -163,21 +138,50 @@ def _staged_counts(
     return counts
 
 
-def _ledger(
-    conn: psycopg.Connection,
-    plan: Plan,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    kind: str,
-    c: PartitionCounts,
-) -> None:
+def _ledger(conn: psycopg.Connection, plan: Plan, r: OffsetRange, kind: str, c: PartitionCounts) -> None:
     conn.execute(
         "insert into eosflow.ledger (pipeline, topic, partition, start_offset, end_offset, kind, batch_id, "
         "records_read, rows_written, rows_rejected) values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (plan.pipeline, topic, partition, start, end, kind, plan.batch_id, c.read, c.written, c.rejected),
+        (
+            plan.pipeline,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            kind,
+            plan.batch_id,
+            c.read,
+            c.written,
+            c.rejected,
+        ),
     )
+
+
+def _publish_staged(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, stage: sql.Composable, target: sql.Composable
+) -> None:
+    """The staged output and rejected rows of the batch, into their tables."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
+    conn.execute(
+        sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
+            target, columns, columns, stage
+        ),
+        (plan.batch_id,),
+    )
+    conn.execute(
+        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s",
+        (plan.batch_id, pipeline.name),
+    )
+
+
+def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None:
+    """Mark the plan committed and empty the batch's staging; the last statements before COMMIT."""
+    conn.execute(
+        "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+        (plan.batch_id,),
+    )
+    _clear_staging(conn, stage, plan.batch_id)
+    crash_point("in_commit")
 
 
 def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
@@ -223,7 +227,6 @@ def commit_replay(
                 "nothing was written. Replay only committed offsets, or catch up first."
             )
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
-        columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
         for r in plan.ranges:
             where = (r.topic, r.partition, r.start, r.end)
             conn.execute(
@@ -238,26 +241,9 @@ def commit_replay(
                 "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
                 (pipeline.name, *where),
             )
-            _ledger(
-                conn, plan, r.topic, r.partition, r.start, r.end, "replay", counts[(r.topic, r.partition)]
-            )
-        conn.execute(
-            sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
-                target, columns, columns, stage
-            ),
-            (plan.batch_id,),
-        )
-        conn.execute(
-            "insert into eosflow.rejected select * from staging.rejected "
-            "where batch_id = %s and pipeline = %s",
-            (plan.batch_id, pipeline.name),
-        )
-        conn.execute(
-            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
-            (plan.batch_id,),
-        )
-        _clear_staging(conn, stage, plan.batch_id)
-        crash_point("in_commit")
+            _ledger(conn, plan, r, "replay", counts[(r.topic, r.partition)])
+        _publish_staged(conn, pipeline, plan, stage, target)
+        _finish(conn, stage, plan)
     return COMMITTED, counts
 
 
