@@ -42,34 +42,24 @@ def plan(pipeline_name: str) -> dict:
 
 @task(task_id="verify")
 def verify(pipeline_name: str | None = None) -> dict:
-    """Step 6: the invariants I1-I5 on the warehouse; any violation fails the run and says where."""
-    import psycopg
-
-    from eosflow.ingest import pipelines
-    from eosflow.warehouse import invariants
+    """Step 6: `dbt build` (invariants I1-I6, then the marts); a failure fails the run and says where."""
+    from eosflow.verify import verify_pipeline
 
     name = pipeline_name or get_current_context()["params"]["pipeline"]
-    settings = EosflowHook().settings()
-    pipeline = pipelines.load(settings, name)
-    with psycopg.connect(settings.warehouse_dsn) as conn:
-        found = invariants.check(conn, pipeline)
-    report = "\n".join(
-        f"  {check:<34} "
-        + (
-            "ok"
-            if not (bad := [v for v in found if v.invariant == check])
-            else f"VIOLATED ({len(bad)}): {bad[0].detail}"
-        )
-        for check in invariants.CHECKS
-    )
-    log.info("invariants of pipeline %s:\n%s", name, report)
-    if found:
-        first = found[0]
+    result = verify_pipeline(EosflowHook().settings(), name)
+    log.info("dbt build for pipeline %s:\n%s", name, result.table())
+    if not result.ok:
+        first = result.failed[0] if result.failed else None
         raise AirflowFailException(
-            f"invariant {first.invariant} violated in pipeline {name}: {first.detail} "
-            f"({len(found)} violation(s) in all; see the table above)"
+            f"verification of pipeline {name} failed: "
+            + (
+                " / ".join(line.strip() for line in first.describe().splitlines()[:2])
+                if first
+                else f"dbt exited {result.returncode}; see the output above"
+            )
+            + f" ({len(result.failed)} check(s) failed in all)"
         )
-    return {"pipeline": name, "violations": 0}
+    return {"pipeline": name, "checks": len(result.checks)}
 
 
 @task(task_id="validate")

@@ -61,6 +61,19 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return execute(args, settings_mod.load())
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from eosflow.ingest.pipelines import PipelineConfigError
+    from eosflow.verify import verify_pipeline
+
+    try:
+        result = verify_pipeline(settings_mod.load(), args.pipeline)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    print(result.table())
+    return 0 if result.ok else 1
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     from eosflow.airflow_local import serve
 
@@ -100,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backfill", help="catch up or replay an offset range, validated first, in chunks")
     add_backfill_arguments(p)
     p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)

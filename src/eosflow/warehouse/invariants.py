@@ -36,7 +36,9 @@ CHECKS: dict[str, str] = {
     "I2 contiguous ledger": """
         select topic, partition, prev_end, start_offset from (
             select topic, partition, start_offset,
-                   lag(end_offset) over (partition by topic, partition order by start_offset) prev_end
+                   -- the max end of ALL earlier ranges: a nested range is one overlap, not also a gap
+                   max(end_offset) over (partition by topic, partition order by start_offset, end_offset
+                                         rows between unbounded preceding and 1 preceding) prev_end
             from eosflow.ledger where pipeline = %(p)s and kind in ('data', 'lost')) l
         where prev_end is not null and prev_end <> start_offset order by 1, 2, 4 limit 20""",
     "I3 rows inside committed ranges": """
