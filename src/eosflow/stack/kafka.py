@@ -33,6 +33,18 @@ logger.raft.level = WARN
 """
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, as Kafka's own `random-uuid` makes it.
+
+    Like Kafka's Uuid.randomUuid(), never one starting with "-": command-line parsers (StorageTool's
+    among them) read that as an option. One id in 64 would, so a test start failed now and then.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _quiet_logger() -> logging.Logger:
     """A sink for librdkafka's own log lines during start-up probes, where refusals are expected."""
     quiet = logging.getLogger("eosflow.kafka.probe")
@@ -183,7 +195,7 @@ class KafkaService:
             ) from exc
 
     def _format(self, log) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         log(f"formatting kafka storage in {self.data_dir} (cluster id {cluster_id})")
         done = subprocess.run(
             [
