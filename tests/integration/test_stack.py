@@ -29,7 +29,8 @@ def private_env(tmp_path):
     }
     env = dict(os.environ, EOSFLOW_STATE_DIR=str(tmp_path / "state"), **{k: str(v) for k, v in ports.items()})
     yield env, ports
-    subprocess.run([sys.executable, "-m", "eosflow.cli", "stack", "down"], env=env, capture_output=True)
+    # reset = down + wipe: the private cluster may live in /var/tmp (see PostgresService._home)
+    subprocess.run([sys.executable, "-m", "eosflow.cli", "stack", "reset"], env=env, capture_output=True)
 
 
 def _stack(env, *args):
