@@ -1,7 +1,15 @@
-"""Crash injection: a real SIGKILL of the running job at a named step boundary.
+"""Fault injection inside the job: a real SIGKILL, or a pause, at a named step boundary.
 
-Set EOSFLOW_CRASH_AT to one of CRASH_POINTS and the job kills itself there, with no cleanup,
-exactly as an OOM kill or a lost machine would. Tests and the delivery lab share this.
+- EOSFLOW_CRASH_AT=<point>: the job kills itself there with no cleanup, exactly as an OOM kill
+  or a lost machine would.
+- EOSFLOW_PAUSE_AT=<point> with EOSFLOW_FAULT_DIR=<dir>: the job writes `<dir>/<point>.paused`
+  and waits until `<dir>/<point>.resume` exists. The lab uses the pause to do something real
+  while the job stands exactly there: restart the broker or Postgres, or let a newer run commit
+  first (a zombie).
+
+Points, in run order: after_plan, before_read (Spark session up, nothing read yet), after_read,
+after_stage, in_commit (inside the commit transaction; in the two-transaction delivery modes,
+between the two), after_commit. The tests and `eosflow lab` share these.
 """
 
 from __future__ import annotations
@@ -9,13 +17,33 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 
-CRASH_POINTS = ("after_plan", "after_read", "after_stage", "in_commit", "after_commit")
+FAULT_POINTS = ("after_plan", "before_read", "after_read", "after_stage", "in_commit", "after_commit")
+PAUSE_TIMEOUT_S = 900.0
 
 
-def crash_point(name: str) -> None:
-    if name not in CRASH_POINTS:
-        raise ValueError(f"unknown crash point {name!r}")
+def fault_point(name: str) -> None:
+    if name not in FAULT_POINTS:
+        raise ValueError(f"unknown fault point {name!r}")
     if os.environ.get("EOSFLOW_CRASH_AT") == name:
         print(f"eosflow: fault injection: SIGKILL at {name}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("EOSFLOW_PAUSE_AT") == name:
+        _pause(name)
+
+
+def _pause(name: str) -> None:
+    folder = os.environ.get("EOSFLOW_FAULT_DIR")
+    if not folder:
+        raise RuntimeError("EOSFLOW_PAUSE_AT needs EOSFLOW_FAULT_DIR: the folder the pause handshake uses")
+    paused, resume = Path(folder) / f"{name}.paused", Path(folder) / f"{name}.resume"
+    paused.write_text(f"{os.getpid()}\n")
+    print(f"eosflow: fault injection: paused at {name} until {resume} exists", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not resume.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"paused at {name} for {PAUSE_TIMEOUT_S:.0f}s and nobody resumed the run")
+        time.sleep(0.05)
+    print(f"eosflow: fault injection: resumed at {name}", file=sys.stderr, flush=True)

@@ -1,5 +1,8 @@
 """Step 5 of the contract: output, rejected rows, ledger and positions in ONE transaction.
 
+(Unless the pipeline asks for at_least_once or at_most_once: those split the commit in two, in
+the order DESIGN.md gives, so the lab can show what the split costs.)
+
 Either all of a batch becomes visible with its ranges, or none of it does. A retry of a batch
 that already committed finds its ledger rows and does nothing; a run whose plan no longer
 matches the stored positions (stale plan, zombie, concurrent run) is fenced and writes nothing.
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from eosflow.faults import crash_point
+from eosflow.faults import fault_point
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.ingest.ranges import OffsetRange, Plan
 from eosflow.ingest.store import staging_table
@@ -43,9 +46,12 @@ Key = tuple[str, int]  # (topic, partition)
 def commit(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
-    """Commit one batch; returns the outcome and the per-partition counts that were committed."""
+    """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts."""
+    if pipeline.delivery == "at_least_once":
+        return _commit_output_then_positions(conn, pipeline, plan, records_read)
+    if pipeline.delivery == "at_most_once":
+        return _commit_positions_then_output(conn, pipeline, plan, records_read)
     stage = sql.SQL(staging_table(pipeline))
-    target = sql.SQL(pipeline.target_table)
     with conn.transaction():
         locked = _lock_positions(conn, plan)
         if _already_committed(conn, plan.batch_id):
@@ -53,22 +59,71 @@ def commit(
             return ALREADY_COMMITTED, {}
         _check_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _advance(conn, plan, counts)
+        _finish(conn, stage, plan)
+        fault_point("in_commit")
+    return COMMITTED, counts
 
-        _publish_staged(conn, pipeline, plan, stage, target)
-        for part in plan.partitions:
-            r, key = part.range, (part.range.topic, part.range.partition)
-            if part.lost is not None:
-                _ledger(conn, plan, part.lost, "lost", PartitionCounts(0))
-            if not r.empty or part.first_seen:
-                # An empty first range still goes in: it fixes where the partition's history starts.
-                _ledger(conn, plan, r, "data", counts[key])
-                conn.execute(
-                    "update eosflow.positions set next_offset = %s, updated_at = now() "
-                    "where pipeline = %s and topic = %s and partition = %s",
-                    (r.end, plan.pipeline, r.topic, r.partition),
-                )
+
+def _commit_output_then_positions(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
+    stage = sql.SQL(staging_table(pipeline))
+    with conn.transaction():
+        if _already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _clear_staging(conn, stage, plan.batch_id)
+    fault_point("in_commit")  # output visible, positions not moved: the duplicate window
+    with conn.transaction():
+        _check_fencing(plan, _lock_positions(conn, plan))
+        _advance(conn, plan, counts)
         _finish(conn, stage, plan)
     return COMMITTED, counts
+
+
+def _commit_positions_then_output(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """at_most_once: the positions commit first; a crash before the output does loses it."""
+    stage = sql.SQL(staging_table(pipeline))
+    with conn.transaction():
+        locked = _lock_positions(conn, plan)
+        if _already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        _check_fencing(plan, locked)
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _advance(conn, plan, counts)
+        conn.execute(
+            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+            (plan.batch_id,),
+        )
+    fault_point("in_commit")  # positions moved, output not written: the loss window
+    with conn.transaction():
+        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _clear_staging(conn, stage, plan.batch_id)
+    return COMMITTED, counts
+
+
+def _advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, PartitionCounts]) -> None:
+    """One ledger row per range (and per acknowledged loss), and the positions moved to the ends."""
+    for part in plan.partitions:
+        r, key = part.range, (part.range.topic, part.range.partition)
+        if part.lost is not None:
+            _ledger(conn, plan, part.lost, "lost", PartitionCounts(0))
+        if not r.empty or part.first_seen:
+            # An empty first range still goes in: it fixes where the partition's history starts.
+            _ledger(conn, plan, r, "data", counts[key])
+            conn.execute(
+                "update eosflow.positions set next_offset = %s, updated_at = now() "
+                "where pipeline = %s and topic = %s and partition = %s",
+                (r.end, plan.pipeline, r.topic, r.partition),
+            )
 
 
 def _lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, int | None]:
@@ -168,8 +223,12 @@ def _publish_staged(
         ),
         (plan.batch_id,),
     )
+    # The rejected table is shared and keyed; a record re-delivered under at_least_once is already
+    # there as rejected, and the duplicate that matters shows in the output.
+    again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"
     conn.execute(
-        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s",
+        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s"
+        + again,
         (plan.batch_id, pipeline.name),
     )
 
@@ -181,7 +240,6 @@ def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None
         (plan.batch_id,),
     )
     _clear_staging(conn, stage, plan.batch_id)
-    crash_point("in_commit")
 
 
 def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
@@ -244,6 +302,7 @@ def commit_replay(
             _ledger(conn, plan, r, "replay", counts[(r.topic, r.partition)])
         _publish_staged(conn, pipeline, plan, stage, target)
         _finish(conn, stage, plan)
+        fault_point("in_commit")
     return COMMITTED, counts
 
 

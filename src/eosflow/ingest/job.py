@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
-from eosflow.faults import crash_point
+from eosflow.faults import fault_point
 from eosflow.ingest import commit as commit_mod
 from eosflow.ingest import pipelines, store
 from eosflow.ingest.kafka_offsets import partition_offsets
@@ -112,7 +112,9 @@ def _execute(
             if plan.nonempty
             else "plan: no new records in any partition"
         )
-        crash_point("after_plan")
+        if pipeline.delivery != "exactly_once":
+            log(f"delivery {pipeline.delivery}: the commit is split in two transactions (see DESIGN.md)")
+        fault_point("after_plan")
 
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
@@ -120,7 +122,7 @@ def _execute(
         commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
         with timer("commit"):
             summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
-        crash_point("after_commit")
+        fault_point("after_commit")
     return summary
 
 
@@ -164,11 +166,12 @@ def _read_transform_stage(
 
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+    fault_point("before_read")
     with timer("read"):
         source = read_plan(spark, settings.bootstrap_servers, plan).persist()
         records_read = check_within_plan(plan, partition_stats(source, plan))
     log(f"read {sum(records_read.values()):,} records")
-    crash_point("after_read")
+    fault_point("after_read")
     with timer("transform+stage"):
         result = transform_orders(
             source,
@@ -179,7 +182,7 @@ def _read_transform_stage(
         )
         stage(settings, pipeline, plan.batch_id, result.valid, result.rejected)
     source.unpersist()
-    crash_point("after_stage")
+    fault_point("after_stage")
     return records_read
 
 

@@ -13,6 +13,9 @@ import yaml
 from eosflow.settings import Settings
 
 TRANSFORMS = ("orders",)
+# The consumer's three semantics (../shared/DESIGN.md, "Delivery modes"); exactly-once is the default,
+# the other two exist to show, with real faults, what they cost.
+DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
 _TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -58,6 +61,7 @@ class Pipeline:
     initial_offset: InitialOffset
     max_records_per_partition: int
     max_value_bytes: int
+    delivery: str = "exactly_once"
 
     @property
     def topic(self) -> str:
@@ -111,6 +115,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "initial_offset",
         "max_records_per_partition",
         "max_value_bytes",
+        "delivery",
     }
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -123,6 +128,10 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     transform = spec.get("transform", "orders")
     if transform not in TRANSFORMS:
         raise PipelineConfigError(f"{where}: transform {transform!r} unknown; available: {list(TRANSFORMS)}")
+
+    delivery = spec.get("delivery", "exactly_once")
+    if delivery not in DELIVERY_MODES:
+        raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
 
     def positive(key: str, default: int) -> int:
         value = spec.get(key, default)
@@ -139,4 +148,5 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
         max_records_per_partition=positive("max_records_per_partition", 500_000),
         max_value_bytes=positive("max_value_bytes", 65_536),
+        delivery=delivery,
     )

@@ -7,7 +7,7 @@ import json
 import psycopg
 from psycopg import sql
 
-from eosflow.ingest.pipelines import Pipeline
+from eosflow.ingest.pipelines import Pipeline, PipelineConfigError
 from eosflow.ingest.ranges import PartitionPlan, Plan
 
 
@@ -92,7 +92,19 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
             "select pg_advisory_xact_lock(hashtext(%s))", (f"eosflow.ensure_target:{pipeline.target_table}",)
         )
         conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
-        if pipeline.target_table != "raw.orders":
+        if pipeline.delivery != "exactly_once":
+            # The comparison modes write where a plain consumer would: a table without the offsets'
+            # key, so the duplicates at-least-once produces land and can be counted, not refused.
+            conn.execute(
+                sql.SQL("create table if not exists {} (like {} including defaults)").format(target, template)
+            )
+            conn.execute(
+                sql.SQL(
+                    "create index if not exists {} on {} (kafka_topic, kafka_partition, kafka_offset)"
+                ).format(sql.Identifier(f"{table}_offsets"), target)
+            )
+            _refuse_keyed_target(conn, pipeline)
+        elif pipeline.target_table != "raw.orders":
             conn.execute(
                 sql.SQL("create table if not exists {} (like {} including all)").format(target, template)
             )
@@ -105,6 +117,19 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
             sql.SQL("create index if not exists {} on {} (batch_id)").format(
                 sql.Identifier(f"{schema}__{table}_batch"), stage
             )
+        )
+
+
+def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
+    (keyed,) = conn.execute(
+        "select exists (select 1 from pg_index where indrelid = %s::regclass and indisunique)",
+        (pipeline.target_table,),
+    ).fetchone()
+    if keyed:
+        raise PipelineConfigError(
+            f"pipeline {pipeline.name!r}: delivery {pipeline.delivery} needs a target without a unique key, "
+            f"but {pipeline.target_table} has one (made for exactly_once). Point the pipeline at a new "
+            "target_table, or use delivery: exactly_once."
         )
 
 
