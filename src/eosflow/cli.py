@@ -86,6 +86,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run(settings_mod.load(), log=_log)
 
 
+def cmd_lab(args: argparse.Namespace) -> int:
+    from eosflow.lab.cli import execute
+
+    return execute(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from eosflow.produce.cli import add_arguments as add_produce_arguments
 
@@ -123,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job end to end on the local stack")
     p.set_defaults(func=cmd_demo)
+
+    from eosflow.lab.cli import add_arguments as add_lab_arguments
+
+    p = sub.add_parser("lab", help="real faults x delivery modes: measured loss and duplication, as a report")
+    add_lab_arguments(p)
+    p.set_defaults(func=cmd_lab)
     return parser
 
 

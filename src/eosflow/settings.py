@@ -43,10 +43,20 @@ class Settings:
     pg_user: str
     pg_password: str
     airflow_port: int
+    # The producer-retries lab: an extra broker listener whose advertised address is a toxiproxy
+    # port, so clients that follow metadata stay behind the fault-injecting proxy. 0 = off.
+    kafka_proxied_port: int = 0
+    kafka_proxy_port: int = 19094  # where toxiproxy listens for Kafka; advertised for PROXIED
+    toxiproxy_api_port: int = 18474
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.kafka_host}:{self.kafka_port}"
+
+    @property
+    def proxied_bootstrap_servers(self) -> str:
+        """Bootstrap through toxiproxy: every request and response then crosses the proxy."""
+        return f"{self.kafka_host}:{self.kafka_proxy_port}"
 
     @property
     def warehouse_dsn(self) -> str:
@@ -83,4 +93,7 @@ def load() -> Settings:
         pg_user=os.environ.get("EOSFLOW_PG_USER", "eosflow"),
         pg_password=os.environ.get("EOSFLOW_PG_PASSWORD", "eosflow"),
         airflow_port=_int("EOSFLOW_AIRFLOW_PORT", 8080),
+        kafka_proxied_port=_int("EOSFLOW_KAFKA_PROXIED_PORT", 0),
+        kafka_proxy_port=_int("EOSFLOW_KAFKA_PROXY_PORT", 19094),
+        toxiproxy_api_port=_int("EOSFLOW_TOXIPROXY_PORT", 18474),
     )

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.airflow import standalone
+from eosflow import airflow_server as standalone
 from tests.integration.conftest import case  # noqa: F401  (a pipeline of its own per test)
 from tests.integration.ingest_case import IngestCase
 

@@ -68,10 +68,14 @@ class KafkaService:
 
     # -- what `status` shows ----------------------------------------------------------------
     def ports(self) -> dict[str, int]:
-        return {
+        ports = {
             "EOSFLOW_KAFKA_PORT": self.s.kafka_port,
             "EOSFLOW_KAFKA_CONTROLLER_PORT": self.s.kafka_controller_port,
         }
+        # Only what the broker binds: the proxy port (EOSFLOW_KAFKA_PROXY_PORT) is toxiproxy's.
+        if self.s.kafka_proxied_port:
+            ports["EOSFLOW_KAFKA_PROXIED_PORT"] = self.s.kafka_proxied_port
+        return ports
 
     def endpoint(self) -> str:
         return f"bootstrap {self.s.bootstrap_servers}"
@@ -219,16 +223,24 @@ class KafkaService:
 
     def _server_properties(self) -> str:
         s = self.s
+        # The optional PROXIED listener (EOSFLOW_KAFKA_PROXIED_PORT): the broker binds it but
+        # advertises the toxiproxy port, so a client bootstrapped through the proxy is told to
+        # stay behind it. Off (port 0), the file is exactly what it was without the option.
+        listener = advertised = protocol = ""
+        if s.kafka_proxied_port:
+            listener = f",PROXIED://{s.kafka_host}:{s.kafka_proxied_port}"
+            advertised = f",PROXIED://{s.kafka_host}:{s.kafka_proxy_port}"
+            protocol = ",PROXIED:PLAINTEXT"
         return f"""\
 # Written by `eosflow stack up`; edit the environment (EOSFLOW_KAFKA_*), not this file.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{s.kafka_host}:{s.kafka_controller_port}
-listeners=PLAINTEXT://{s.kafka_host}:{s.kafka_port},CONTROLLER://{s.kafka_host}:{s.kafka_controller_port}
-advertised.listeners=PLAINTEXT://{s.kafka_host}:{s.kafka_port}
+listeners=PLAINTEXT://{s.kafka_host}:{s.kafka_port},CONTROLLER://{s.kafka_host}:{s.kafka_controller_port}{listener}
+advertised.listeners=PLAINTEXT://{s.kafka_host}:{s.kafka_port}{advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocol}
 log.dirs={self.data_dir}
 num.partitions=1
 auto.create.topics.enable=false

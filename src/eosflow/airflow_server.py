@@ -1,4 +1,9 @@
-"""A real `airflow standalone` for the REST and browser tests, with a pipeline of its own."""
+"""A real `airflow standalone` in the background, driven through its REST API.
+
+The REST and browser tests use it, and so does the delivery lab (an Airflow task cleared and
+re-run after it succeeded). It has its own AIRFLOW_HOME and a free port, so it never collides
+with an `eosflow airflow` a developer keeps open.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class AirflowServerError(RuntimeError):
+    """The server did not start, refused us, or a run did not finish in time."""
 
 
 @dataclass
@@ -47,7 +56,8 @@ class AirflowServer:
 
     def token(self) -> str:
         code, body = self.request("POST", "/auth/token", {"username": "admin", "password": self.password})
-        assert code in (200, 201), body
+        if code not in (200, 201):
+            raise AirflowServerError(f"POST /auth/token answered {code}: {body}")
         return body["access_token"]
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
@@ -57,7 +67,7 @@ class AirflowServer:
             if code == 200 and body.get("state") in ("success", "failed"):
                 return body["state"]
             time.sleep(3)
-        raise AssertionError(f"{dag_id} run {run_id} did not finish in {timeout}s; log: {self.log_path}")
+        raise AirflowServerError(f"{dag_id} run {run_id} did not finish in {timeout}s; log: {self.log_path}")
 
     def log_tail(self) -> str:
         return process.tail(self.log_path, 60)
@@ -80,7 +90,8 @@ def start(settings, state_dir: Path, pipelines_file: Path, timeout: float = 240)
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, server.log_tail()
+        if proc.poll() is not None:
+            raise AirflowServerError(f"airflow standalone exited during start-up:\n{server.log_tail()}")
         try:
             code, _ = server.request("GET", "/api/v2/monitor/health")
             if (
@@ -88,11 +99,11 @@ def start(settings, state_dir: Path, pipelines_file: Path, timeout: float = 240)
                 and server.request("GET", "/api/v2/dags/eosflow_backfill", token=server.token())[0] == 200
             ):
                 return server
-        except (OSError, AssertionError):
+        except (OSError, AirflowServerError):
             pass
         time.sleep(2)
     stop(server)
-    raise AssertionError(f"airflow standalone not ready in {timeout}s:\n{server.log_tail()}")
+    raise AirflowServerError(f"airflow standalone not ready in {timeout}s:\n{server.log_tail()}")
 
 
 def stop(server: AirflowServer) -> None:

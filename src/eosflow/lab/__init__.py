@@ -1,0 +1,1 @@
+"""The delivery-guarantee lab: real faults against every delivery mode, measured against manifests."""

@@ -1,0 +1,77 @@
+"""The lab's report: one Markdown table (a row per scenario x producer x mode) and a CSV per trial."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from eosflow.lab.outcome import Trial
+
+HEAD = ("scenario", "producer", "consumer mode", "trials", "produced", "acknowledged", "committed",
+        "lost", "duplicated", "dbt invariants", "faults")  # fmt: skip
+
+
+def rows(trials: Sequence[Trial]) -> list[tuple]:
+    """Trials of the same scenario, producer and mode summed; in the order they ran."""
+    groups: dict[tuple[str, str, str], list[Trial]] = {}
+    for t in trials:
+        groups.setdefault((t.scenario, t.producer, t.mode), []).append(t)
+    out = []
+    for (scenario, producer, mode), ts in groups.items():
+        verdicts = sorted({t.invariants for t in ts})
+        out.append(
+            (
+                scenario,
+                producer,
+                mode,
+                len(ts),
+                sum(t.produced for t in ts),
+                sum(t.acknowledged for t in ts),
+                sum(t.committed for t in ts),
+                sum(t.lost for t in ts),
+                sum(t.duplicated for t in ts),
+                "; ".join(verdicts),
+                sum(t.faults for t in ts),
+            )
+        )
+    return out
+
+
+def markdown_table(trials: Sequence[Trial]) -> str:
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "|".join("---" for _ in HEAD) + "|"]
+    for row in rows(trials):
+        cells = [f"{v:,}" if isinstance(v, int) else str(v) for v in row]
+        lost, dup = row[7], row[8]
+        cells[7] = f"**{lost:,}**" if lost else "0"
+        cells[8] = f"**{dup:,}**" if dup else "0"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def text_table(trials: Sequence[Trial]) -> str:
+    """The same table for a terminal or a task log."""
+    data = [HEAD, *(tuple(f"{v:,}" if isinstance(v, int) else str(v) for v in r) for r in rows(trials))]
+    widths = [max(len(r[i]) for r in data) for i in range(len(HEAD))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in data)
+
+
+def write(trials: Sequence[Trial], out_dir: Path, header: str) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, table_csv = out_dir / "latest.md", out_dir / "latest.csv"
+    details = "\n".join(
+        f"- {t.scenario} / {t.producer} / {t.mode} / trial {t.trial}: {t.fault_detail}" for t in trials
+    )
+    md.write_text(
+        f"{header}\n\n{markdown_table(trials)}\n\n"
+        "Lost: acknowledged records absent from the warehouse. Duplicated: warehouse rows beyond one "
+        "per event. Both are counted against the producer's manifest, never eosflow's ledger. "
+        "Faults: injected and observed to have happened.\n\n"
+        f"## What happened, trial by trial\n\n{details}\n"
+    )
+    with table_csv.open("w", newline="") as fh:
+        out = csv.DictWriter(fh, fieldnames=Trial.columns())
+        out.writeheader()
+        out.writerows(asdict(t) for t in trials)
+    return md, table_csv

@@ -1,0 +1,108 @@
+"""Which scenarios run under which modes, how many times, and in what order.
+
+A scenario gets all its cells (mode, trial) at once, so one that needs a costly set-up (Airflow,
+the proxy, the three-broker cluster) pays for it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from eosflow.ingest.pipelines import DELIVERY_MODES
+from eosflow.lab import consumer_faults
+from eosflow.lab.outcome import Trial
+from eosflow.lab.world import Lab
+
+Cell = tuple[str, int]  # (consumer delivery mode, trial number)
+Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]
+EO = ("exactly_once",)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str  # what --scenarios names
+    run: Runner
+    modes: tuple[str, ...] = DELIVERY_MODES  # the consumer modes a full lab compares
+    small_modes: tuple[str, ...] = EO  # what the CI-sized lab runs
+
+
+def _crash_at(point: str) -> Runner:
+    return lambda lab, cells: [consumer_faults.crash(lab, point, mode, trial) for mode, trial in cells]
+
+
+def _each(fn: Callable[[Lab, str, int], Trial]) -> Runner:
+    return lambda lab, cells: [fn(lab, mode, trial) for mode, trial in cells]
+
+
+def _airflow(lab: Lab, cells: Sequence[Cell]) -> list[Trial]:
+    from eosflow.lab.airflow_clear import cleared_and_rerun
+
+    return cleared_and_rerun(lab, cells)
+
+
+def _proxy(lab: Lab, cells: Sequence[Cell]) -> list[Trial]:
+    from eosflow.lab.producer_faults import producer_retries
+
+    return producer_retries(lab, cells)
+
+
+def _acks(lab: Lab, cells: Sequence[Cell]) -> list[Trial]:
+    from eosflow.lab.producer_faults import leader_failure
+
+    return leader_failure(lab, cells)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    *(
+        Scenario(
+            f"kill-{point.replace('_', '-')}",
+            _crash_at(point),
+            small_modes=DELIVERY_MODES if point == "in_commit" else EO,
+        )
+        for point in consumer_faults.CRASH_POINTS
+    ),
+    Scenario("broker-restart", _each(consumer_faults.broker_restart_mid_read)),
+    Scenario("postgres-restart", _each(consumer_faults.postgres_restart_mid_commit)),
+    Scenario("zombie", _each(consumer_faults.zombie), small_modes=("exactly_once", "at_least_once")),
+    Scenario("airflow-clear", _airflow),
+    # The producer's faults: the consumer is exactly_once, so whatever is lost or duplicated
+    # happened between the producer and the broker.
+    Scenario("producer-retries", _proxy, modes=EO),
+    Scenario("leader-failure", _acks, modes=EO),
+)
+SMALL_SKIPS = ("kill-after-plan", "kill-after-read")  # the CI lab keeps the boundaries that differ most
+
+
+def by_key() -> dict[str, Scenario]:
+    return {s.key: s for s in SCENARIOS}
+
+
+def plan(
+    keys: Sequence[str] | None, modes: Sequence[str] | None, trials: int, small: bool
+) -> list[tuple[Scenario, list[Cell]]]:
+    """The scenarios to run, each with its (mode, trial) cells."""
+    chosen = (
+        [by_key()[k] for k in keys]
+        if keys
+        else [s for s in SCENARIOS if not (small and s.key in SMALL_SKIPS)]
+    )
+    out = []
+    for scenario in chosen:
+        wanted = scenario.small_modes if small else scenario.modes
+        if modes:
+            wanted = tuple(m for m in wanted if m in modes)
+        cells = [(mode, trial) for trial in range(1, trials + 1) for mode in wanted]
+        if cells:
+            out.append((scenario, cells))
+    return out
+
+
+def run(lab: Lab, todo: Sequence[tuple[Scenario, list[Cell]]]) -> list[Trial]:
+    trials: list[Trial] = []
+    for scenario, cells in todo:
+        lab.log(
+            f"scenario {scenario.key}: {len(cells)} trial(s) ({', '.join(sorted({m for m, _ in cells}))})"
+        )
+        trials += scenario.run(lab, cells)
+    return trials
