@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test airflow up down status lint clean
+.PHONY: setup browser demo test airflow lab bench up down status lint clean
 
 ## setup: the virtualenv (Python packages from PyPI) and the jars (Maven Central); idempotent
 setup: $(STAMP)
@@ -43,6 +43,15 @@ test: setup browser
 airflow: setup
 	$(BIN)/eosflow stack up
 	$(BIN)/eosflow airflow
+
+## lab: the delivery-guarantee lab, every scenario x delivery mode, on a stack of its own (~20 min)
+lab: setup
+	$(BIN)/eosflow lab --down
+
+## bench: eosflow against Kafka's and Postgres' ceilings and the alternatives (BENCH_ARGS=--scaling ...)
+bench: setup
+	$(BIN)/eosflow stack up
+	$(BIN)/eosflow bench $(BENCH_ARGS)
 
 up: setup
 	$(BIN)/eosflow stack up

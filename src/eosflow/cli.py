@@ -92,6 +92,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return execute(args)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from eosflow.bench.cli import execute
+
+    return execute(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from eosflow.produce.cli import add_arguments as add_produce_arguments
 
@@ -135,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lab", help="real faults x delivery modes: measured loss and duplication, as a report")
     add_lab_arguments(p)
     p.set_defaults(func=cmd_lab)
+
+    from eosflow.bench import cli as bench_cli
+
+    p = sub.add_parser("bench", help=bench_cli.HELP)
+    bench_cli.add_arguments(p)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -46,7 +46,8 @@ def ensure_topic(
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
-    futures = admin(bootstrap).delete_topics([topic], operation_timeout=30)
+    client = admin(bootstrap)  # held until the futures resolve: a collected client fails them (_DESTROY)
+    futures = client.delete_topics([topic], operation_timeout=30)
     try:
         futures[topic].result(timeout=30)
     except KafkaException as exc:

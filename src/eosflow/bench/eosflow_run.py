@@ -1,0 +1,87 @@
+"""eosflow's own job, run as a user runs it: `eosflow ingest --pipeline P`, a black box in a process.
+
+Each run gets a pipelines file of its own with a fresh pipeline name and target table, so nothing is
+committed yet and the run reads the whole topic from the earliest offset in one batch. The job's
+summary (eosflow.ingest.summary) says what it committed and how long each step took; the bench
+reads both from its output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+OUTCOME_OK = ("COMMITTED", "ALREADY COMMITTED")
+_TIME = re.compile(r"^\s*time: (?P<phases>.*) \(total [0-9.]+s")
+_OUTCOME = re.compile(r"outcome: (?P<outcome>[A-Z_ ]+?)(\s{2}|$)")
+_TOTAL = re.compile(r"^\s*total\s+(?P<read>[\d,]+)\s+(?P<written>[\d,]+)\s+(?P<rejected>[\d,]+)\s*$")
+
+
+class SummaryParseError(RuntimeError):
+    """eosflow's output did not hold the run summary the bench expects."""
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    outcome: str
+    read: int
+    written: int
+    rejected: int
+    phases: dict[str, float]  # the job's own step timings, in its order
+
+
+def write_pipelines_file(path: Path, pipeline: str, topic: str, target_table: str, max_records: int) -> Path:
+    """One pipeline reading all of `topic` in a single run (max_records_per_partition >= the topic)."""
+    body = {
+        "pipelines": {
+            pipeline: {
+                "topics": [topic],
+                "target_table": target_table,
+                "transform": "orders",
+                "transform_version": "v1",
+                "initial_offset": "earliest",
+                "max_records_per_partition": max(max_records, 1),
+                "max_value_bytes": 65536,
+            }
+        }
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def ingest_cmd(pipeline: str) -> list[str]:
+    """The installed `eosflow` next to this Python, else the module (same code either way)."""
+    script = Path(sys.executable).with_name("eosflow")
+    if script.exists():
+        return [str(script), "ingest", "--pipeline", pipeline]
+    return [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", pipeline]
+
+
+def ingest_env(pipelines_file: Path) -> dict[str, str]:
+    return os.environ | {"EOSFLOW_PIPELINES": str(pipelines_file)}
+
+
+def parse_summary(stdout: str) -> IngestSummary:
+    """Outcome, totals and phase timings from `RunSummary.table()` as the job prints it."""
+    outcome = totals = None
+    phases: dict[str, float] = {}
+    for line in stdout.splitlines():
+        if outcome is None and (m := _OUTCOME.search(line)):
+            outcome = m["outcome"].strip()
+        elif m := _TOTAL.match(line):
+            totals = tuple(int(m[k].replace(",", "")) for k in ("read", "written", "rejected"))
+        elif m := _TIME.match(line):
+            for item in m["phases"].split(", "):
+                name, _, seconds = item.rpartition(" ")
+                if name and seconds.endswith("s"):
+                    phases[name] = float(seconds[:-1])
+    if outcome is None:
+        raise SummaryParseError(f"no 'outcome:' in eosflow ingest's output:\n{stdout[-2000:]}")
+    read, written, rejected = totals or (0, 0, 0)
+    return IngestSummary(outcome, read, written, rejected, phases)
