@@ -76,6 +76,11 @@ def execute(args: argparse.Namespace) -> int:
         f"{time.monotonic() - started:.0f} s."
     )
     md, table_csv = report.write(trials, out, header)
+    if args.out is None and not args.small and not args.scenarios and not args.modes:
+        # A full run into the default folder is the one the README shows.
+        line = header.split("\n", 2)[2]
+        if report.update_readme(settings.root / "README.md", trials, line):
+            log("README.md: the lab table is updated")
     print(report.text_table(trials))
     log(f"report: {md} and {table_csv}")
     injected = sum(t.faults for t in trials)

@@ -71,8 +71,6 @@ def leader_failure(lab: Lab, cells: Sequence[tuple[str, int]]) -> list[Trial]:
                 out.append(
                     _ingested(lab, "leader killed after acking", producer, p, trial, result, faults, survivor)
                 )
-                # The next trial needs all three brokers again.
-                cluster.start_node(result.killed_node, log=lab.log)
     finally:
         cluster.wipe()
     return out

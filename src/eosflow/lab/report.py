@@ -75,3 +75,18 @@ def write(trials: Sequence[Trial], out_dir: Path, header: str) -> tuple[Path, Pa
         out.writeheader()
         out.writerows(asdict(t) for t in trials)
     return md, table_csv
+
+
+README_START, README_END = "<!-- eosflow-lab:latest:start -->", "<!-- eosflow-lab:latest:end -->"
+
+
+def update_readme(readme: Path, trials: Sequence[Trial], header_line: str) -> bool:
+    """Put the latest table between the README's markers; False when the README has none."""
+    text = readme.read_text() if readme.exists() else ""
+    if README_START not in text or README_END not in text:
+        return False
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    body = f"{header_line}\n\n{markdown_table(trials)}\n"
+    readme.write_text(f"{head}{README_START}\n{body}{README_END}{tail}")
+    return True

@@ -1,0 +1,74 @@
+"""The lab's pure parts: counting loss and duplication, choosing the trials, writing the report."""
+
+from __future__ import annotations
+
+import csv
+
+from eosflow.lab import report, runner
+from eosflow.lab.outcome import Trial, tally
+from eosflow.produce.manifest import EventRow, Manifest
+
+
+def _manifest(statuses: dict[str, str]) -> Manifest:
+    return Manifest(
+        "t", {}, [EventRow(eid, 0, i, status, 0) for i, (eid, status) in enumerate(statuses.items())]
+    )
+
+
+def test_tally_counts_against_the_manifest_not_the_table():
+    m = _manifest({"a": "committed", "b": "committed", "c": "aborted", "d": "acknowledged", "e": "failed"})
+    # b missing, a three times, c (aborted) leaked once, x is not ours
+    t = tally(m, ["a", "a", "a", "c", "d", "x"])
+    assert (t.produced, t.acknowledged, t.committed, t.lost) == (5, 3, 2, 1)
+    assert t.duplicated == 2  # three copies of a count two; c once is not a duplicate
+
+
+def test_tally_of_a_perfect_table():
+    m = _manifest({"a": "committed", "b": "aborted"})
+    assert tally(m, ["a"]) == tally(m, ["a"]) and tally(m, ["a"]).lost == tally(m, ["a"]).duplicated == 0
+
+
+def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_they_differ():
+    todo = {s.key: [m for m, _ in cells] for s, cells in runner.plan(None, None, 1, small=True)}
+    assert all("exactly_once" in modes for modes in todo.values())
+    assert sorted(todo["kill-in-commit"]) == ["at_least_once", "at_most_once", "exactly_once"]
+    assert "kill-after-plan" not in todo
+    assert {"producer-retries", "leader-failure", "airflow-clear", "zombie"} <= set(todo)
+
+
+def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_repeat():
+    todo = {s.key: cells for s, cells in runner.plan(None, None, 2, small=False)}
+    assert len(todo["kill-after-plan"]) == 3 * 2
+    assert todo["producer-retries"] == [("exactly_once", 1), ("exactly_once", 2)]
+    only = runner.plan(["zombie"], ["at_most_once"], 1, small=False)
+    assert [(s.key, cells) for s, cells in only] == [("zombie", [("at_most_once", 1)])]
+
+
+def _trial(scenario: str, mode: str, lost: int, dup: int, verdict: str, trial: int = 1) -> Trial:
+    return Trial(scenario, mode, "transactional", trial, 10, 8, 8 - lost, lost, dup, verdict, 1, "detail")
+
+
+def test_the_report_sums_trials_and_marks_loss_and_duplicates(tmp_path):
+    trials = [
+        _trial("kill", "exactly_once", 0, 0, "pass"),
+        _trial("kill", "exactly_once", 0, 0, "pass", trial=2),
+        _trial("kill", "at_most_once", 8, 0, "fail: I4"),
+    ]
+    table = report.markdown_table(trials)
+    assert "| kill | transactional | exactly_once | 2 | 20 | 16 | 16 | 0 | 0 | pass | 2 |" in table
+    assert "| **8** | 0 | fail: I4 |" in table
+    md, table_csv = report.write(trials, tmp_path, "# header")
+    assert "What happened, trial by trial" in md.read_text()
+    with table_csv.open() as fh:
+        assert len(list(csv.DictReader(fh))) == 3
+
+
+def test_the_readme_block_is_replaced_only_between_its_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{report.README_START}\nold\n{report.README_END}\nafter\n")
+    assert report.update_readme(readme, [_trial("kill", "exactly_once", 0, 0, "pass")], "ran it")
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "ran it" in text and "| kill |" in text
+    (tmp_path / "other.md").write_text("no markers")
+    assert not report.update_readme(tmp_path / "other.md", [], "x")
