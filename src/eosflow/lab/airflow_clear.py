@@ -33,11 +33,10 @@ def cleared_and_rerun(lab: Lab, cells: Sequence[tuple[str, int]]) -> list[Trial]
 
 def _one(lab: Lab, server: airflow_server.AirflowServer, p: LabPipeline, trial: int, manifest) -> Trial:
     dag_id = f"eosflow_ingest_{p.name}"
+    # The DAG is scheduled and unpaused: the scheduler starts its first run as soon as it sees it,
+    # and that run ingests everything produced. It is the run whose task gets cleared.
+    run_id = _first_run(server, dag_id)
     token = server.token()
-    code, run = server.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None}, token=token)
-    if code not in (200, 201):
-        raise airflow_server.AirflowServerError(f"could not trigger {dag_id}: {code} {run}")
-    run_id = run["dag_run_id"]
     first = server.wait_for_run(dag_id, run_id)
     code, cleared = server.request(
         "POST",
@@ -64,6 +63,18 @@ def _one(lab: Lab, server: airflow_server.AirflowServer, p: LabPipeline, trial: 
         faults=int(first == "success" and tries["try_number"] >= 2 and tries["state"] == "success"),
         fault_detail=detail,
     )
+
+
+def _first_run(server, dag_id: str, timeout_s: float = 300) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code, body = server.request(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=id&limit=1", token=server.token()
+        )
+        if code == 200 and body.get("dag_runs"):
+            return body["dag_runs"][0]["dag_run_id"]
+        time.sleep(3)
+    raise airflow_server.AirflowServerError(f"the scheduler started no run of {dag_id} in {timeout_s}s")
 
 
 def _wait_for_try(server, dag_id: str, run_id: str, number: int, timeout_s: float = 600) -> dict:

@@ -45,6 +45,10 @@ def lab_settings(state_dir: Path | None = None) -> Settings:
     """Settings of the lab stack; the environment is set too, so every child process agrees."""
     base = settings_mod.load()
     os.environ.update(LAB_ENV)
+    # Connections inherited from a developer's shell (or the test suite) point at the dev stack;
+    # the lab's Airflow must get the ones made from the lab's settings.
+    for name in ("AIRFLOW_CONN_WAREHOUSE", "AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT"):
+        os.environ.pop(name, None)
     os.environ["EOSFLOW_STATE_DIR"] = str(state_dir or base.state_dir / "lab")
     return settings_mod.load()
 
