@@ -10,7 +10,6 @@ Node i (1..n) listens for clients on base_port + 2*(i-1) and for the quorum on t
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -24,7 +23,7 @@ from pathlib import Path
 from eosflow.settings import Settings
 from eosflow.stack import jars, prereqs, process
 from eosflow.stack.errors import StackError
-from eosflow.stack.kafka import LOG4J2, new_cluster_id
+from eosflow.stack.kafka import LOG4J2, new_cluster_id, quiet_logger
 
 START_TIMEOUT_S = 150.0  # three JVMs booting at once on two cores
 STOP_TIMEOUT_S = 30.0
@@ -38,15 +37,6 @@ class PartitionState:
     leader: int  # -1 while the partition has no leader
     replicas: list[int]
     isr: list[int]
-
-
-def quiet_logger() -> logging.Logger:
-    """librdkafka's own log lines go here: refused connections to a node we killed are expected."""
-    quiet = logging.getLogger("eosflow.lab.cluster.client")
-    if not quiet.handlers:
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-    return quiet
 
 
 class KraftCluster:
@@ -297,7 +287,7 @@ class KraftCluster:
             {
                 "bootstrap.servers": bootstrap or self.bootstrap_servers,
                 "group.id": "eosflow-lab-watermarks",  # required by the client, never joined
-                "logger": quiet_logger(),
+                "logger": quiet_logger("eosflow.lab.cluster.client"),
             }
         )
         try:
@@ -381,7 +371,7 @@ class KraftCluster:
             {
                 "bootstrap.servers": bootstrap or self.bootstrap_servers,
                 "socket.timeout.ms": 3000,
-                "logger": quiet_logger(),
+                "logger": quiet_logger("eosflow.lab.cluster.client"),
             }
         )
 

@@ -20,13 +20,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from eosflow.lab.cluster import KraftCluster, quiet_logger
+from eosflow.lab.cluster import KraftCluster
 from eosflow.produce.events import generate
 from eosflow.produce.manifest import Manifest
 from eosflow.produce.producer import Delivery, EventProducer
 from eosflow.produce.readback import read_topic
 from eosflow.stack import process
 from eosflow.stack.errors import StackError
+from eosflow.stack.kafka import quiet_logger
 
 FREEZE_WINDOW_S = 2.0  # how long acks may arrive while the followers are frozen; < broker session timeout
 MESSAGE_TIMEOUT_MS = 60_000  # the producer keeps retrying across the failover for this long
@@ -221,7 +222,8 @@ class _Drain:
                 "bootstrap.servers": leader_bootstrap,
                 "acks": "1",
                 "linger.ms": 0,
-                "logger": quiet_logger(),  # it outlives the leader it talks to; its complaints are noise
+                # It outlives the leader it talks to; its complaints are noise.
+                "logger": quiet_logger("eosflow.lab.cluster.client"),
             }
         )
 

@@ -45,9 +45,9 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _quiet_logger() -> logging.Logger:
-    """A sink for librdkafka's own log lines during start-up probes, where refusals are expected."""
-    quiet = logging.getLogger("eosflow.kafka.probe")
+def quiet_logger(name: str = "eosflow.kafka.probe") -> logging.Logger:
+    """A sink for librdkafka's own log lines where refusals are expected (start-up probes, killed nodes)."""
+    quiet = logging.getLogger(name)
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
@@ -100,7 +100,7 @@ class KafkaService:
                 {
                     "bootstrap.servers": self.s.bootstrap_servers,
                     "socket.timeout.ms": 2000,
-                    "logger": _quiet_logger(),
+                    "logger": quiet_logger(),
                 }
             )
             meta = admin.list_topics(timeout=timeout)
@@ -186,7 +186,7 @@ class KafkaService:
         probe = Producer(
             {
                 "bootstrap.servers": self.s.bootstrap_servers,
-                "logger": _quiet_logger(),
+                "logger": quiet_logger(),
                 "transactional.id": "eosflow-stack-up-probe",
             }
         )
