@@ -64,7 +64,7 @@ def execute(args: argparse.Namespace) -> int:
     home = settings.state_dir / "runs" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     lab = Lab(settings, home, args.seed, args.records, log=log)
     try:
-        trials = runner.run(lab, todo)
+        trials, errors = runner.run(lab, todo)
     finally:
         if args.down:
             stack.down(settings, log=log)
@@ -76,20 +76,21 @@ def execute(args: argparse.Namespace) -> int:
         f"{time.monotonic() - started:.0f} s."
     )
     md, table_csv = report.write(trials, out, header)
-    if args.out is None and not args.small and not args.scenarios and not args.modes:
+    if args.out is None and not (args.small or args.scenarios or args.modes or errors):
         # A full run into the default folder is the one the README shows.
         line = header.split("\n", 2)[2]
         if report.update_readme(settings.root / "README.md", trials, line):
             log("README.md: the lab table is updated")
     print(report.text_table(trials))
     log(f"report: {md} and {table_csv}")
+    for error in errors:
+        log(f"ERROR: scenario {error}")
     injected = sum(t.faults for t in trials)
     missing = [t for t in trials if t.faults == 0]
     log(f"{injected} fault(s) injected and observed over {len(trials)} trial(s)")
     if missing:
         log("WARNING: no fault was observed in: " + "; ".join(f"{t.scenario}/{t.mode}" for t in missing))
-        return 1
-    return 0
+    return 1 if missing or errors else 0
 
 
 def _log(msg: str) -> None:

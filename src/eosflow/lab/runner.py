@@ -100,11 +100,16 @@ def plan(
     return out
 
 
-def run(lab: Lab, todo: Sequence[tuple[Scenario, list[Cell]]]) -> list[Trial]:
+def run(lab: Lab, todo: Sequence[tuple[Scenario, list[Cell]]]) -> tuple[list[Trial], list[str]]:
+    """Every scenario in turn; one that breaks is reported, and the others still run."""
     trials: list[Trial] = []
+    errors: list[str] = []
     for scenario, cells in todo:
-        lab.log(
-            f"scenario {scenario.key}: {len(cells)} trial(s) ({', '.join(sorted({m for m, _ in cells}))})"
-        )
-        trials += scenario.run(lab, cells)
-    return trials
+        modes = ", ".join(sorted({m for m, _ in cells}))
+        lab.log(f"scenario {scenario.key}: {len(cells)} trial(s) ({modes})")
+        try:
+            trials += scenario.run(lab, cells)
+        except Exception as exc:  # noqa: BLE001 - the report must still show what did run
+            errors.append(f"{scenario.key}: {type(exc).__name__}: {exc}")
+            lab.log(f"scenario {scenario.key} FAILED: {type(exc).__name__}: {exc}")
+    return trials, errors
