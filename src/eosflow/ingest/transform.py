@@ -94,7 +94,7 @@ _FIELDS: tuple[_Field, ...] = (
     _Field("schema_version", "BIGINT", "integer"),
 )
 
-_DOC = "_doc"  # the parsed value (VARIANT), NULL unless it is exactly one JSON value
+_DOC = "_doc"  # {"_": value} (VARIANT), NULL unless the value is exactly one JSON value
 _RAW = "_raw_"  # prefix of the per-field VARIANT columns
 
 
@@ -112,24 +112,25 @@ def _headers_json(headers: Column) -> Column:
     return F.coalesce(F.to_json(pairs, {"ignoreNullFields": "false"}), F.lit("[]"))
 
 
-def _parse_single_json(text: Column) -> Column:
-    """`text` parsed as a VARIANT if it is exactly one JSON value, else NULL.
+def _wrapped_single_json(text: Column) -> Column:
+    """`{"_": text}` as a VARIANT if `text` is exactly one JSON value, else NULL; the value is at `$._`.
 
     Spark's JSON parsers (try_parse_json, from_json, get_json_object) stop after the first value
     and ignore whatever follows, so '{"a":1} junk' and '{"a":1}{"b":2}' would pass. Wrapping the
     text proves nothing follows the value: with R the text after the first value, '[' text ']'
     has length 1 only if R is empty or starts with ']', and '{"_":' text '}' parses only if R is
     empty or starts with '}' or ','. Both hold only for an empty R. The array length is a
-    streaming scan, so the value is still materialised only once.
+    streaming scan, so the value is still materialised only once. The fields are read through the
+    wrapper (`$._.<name>`) rather than from a copy of the value extracted first: that copy would
+    rebuild every record's VARIANT once more.
     """
     single = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
-    wrapped = F.try_parse_json(F.concat(F.lit('{"_":'), text, F.lit("}")))
-    return F.when(single, F.variant_get(wrapped, "$._", "variant"))
+    return F.when(single, F.try_parse_json(F.concat(F.lit('{"_":'), text, F.lit("}"))))
 
 
-def _is_json_object(doc: Column) -> Column:
-    """True for a JSON object; casting to an empty struct yields NULL for arrays and scalars."""
-    return F.try_variant_get(doc, "$", "struct<>").isNotNull()
+def _is_json_object(wrapped: Column) -> Column:
+    """True if the wrapped value is a JSON object; casting to an empty struct yields NULL otherwise."""
+    return F.try_variant_get(wrapped, "$._", "struct<>").isNotNull()
 
 
 def _typed(field: _Field, raw: Column) -> Column:
@@ -214,8 +215,8 @@ def transform_orders(
     # Parse only values that passed the cheaper checks: an oversized value is never parsed.
     parseable = F.col("value").isNotNull() & (F.length("value") <= max_value_bytes)
     staged = (
-        df.withColumn(_DOC, F.when(parseable, _parse_single_json(F.col("value").cast("string"))))
-        .withColumns({_RAW + f.name: F.variant_get(F.col(_DOC), f"$.{f.name}", "variant") for f in _FIELDS})
+        df.withColumn(_DOC, F.when(parseable, _wrapped_single_json(F.col("value").cast("string"))))
+        .withColumns({_RAW + f.name: F.variant_get(F.col(_DOC), f"$._.{f.name}", "variant") for f in _FIELDS})
         .withColumns({f.name: _typed(f, F.col(_RAW + f.name)) for f in _FIELDS})
         .withColumn("error", _first_error(max_value_bytes))
     )
