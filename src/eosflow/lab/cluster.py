@@ -23,7 +23,7 @@ from pathlib import Path
 from eosflow.settings import Settings
 from eosflow.stack import jars, prereqs, process
 from eosflow.stack.errors import StackError
-from eosflow.stack.kafka import LOG4J2, new_cluster_id, quiet_logger
+from eosflow.stack.kafka import LOG4J2, format_command, new_cluster_id, quiet_logger
 
 START_TIMEOUT_S = 150.0  # three JVMs booting at once on two cores
 STOP_TIMEOUT_S = 30.0
@@ -418,19 +418,7 @@ class KraftCluster:
         todo = [n for n in nodes if n is not None]
         runs = {
             n: subprocess.Popen(
-                [
-                    prereqs.java(),
-                    f"-Dlog4j2.configurationFile={self.log4j}",
-                    "-cp",
-                    jars.classpath(self.s, "kafka"),
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(self._config(n)),
-                    "-g",
-                ],
+                format_command(self.s, self.log4j, self._config(n), cluster_id),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

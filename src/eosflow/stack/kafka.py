@@ -7,6 +7,7 @@ import logging
 import shutil
 import subprocess
 import uuid
+from pathlib import Path
 
 from eosflow.settings import Settings
 from eosflow.stack import jars, prereqs, process
@@ -43,6 +44,23 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
+
+
+def format_command(settings: Settings, log4j: Path, config: Path, cluster_id: str) -> list[str]:
+    """Kafka's StorageTool formatting one node's log dirs for a KRaft cluster id."""
+    return [
+        prereqs.java(),
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        jars.classpath(settings, "kafka"),
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(config),
+        "-g",
+    ]
 
 
 def quiet_logger(name: str = "eosflow.kafka.probe") -> logging.Logger:
@@ -202,21 +220,7 @@ class KafkaService:
         cluster_id = new_cluster_id()
         log(f"formatting kafka storage in {self.data_dir} (cluster id {cluster_id})")
         done = subprocess.run(
-            [
-                prereqs.java(),
-                f"-Dlog4j2.configurationFile={self.log4j}",
-                "-cp",
-                jars.classpath(self.s, "kafka"),
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                cluster_id,
-                "-c",
-                str(self.config),
-                "-g",
-            ],
-            capture_output=True,
-            text=True,
+            format_command(self.s, self.log4j, self.config, cluster_id), capture_output=True, text=True
         )
         if done.returncode != 0:
             raise StackError(f"formatting kafka storage failed:\n{done.stdout}{done.stderr}")
