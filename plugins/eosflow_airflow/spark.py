@@ -8,6 +8,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from eosflow import settings as settings_mod
+from eosflow.ingest.spark_session import launch_conf
 from eosflow.ingest.submit import spark_env
 
 
@@ -23,7 +24,7 @@ def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
         jars=str(s.jars_dir / "spark" / "*.jar"),  # Spark expands the glob itself
         name=f"eosflow-{task_id}",
         env_vars=env,
-        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"} | launch_conf(s),
         **kwargs,
     )
 

@@ -217,6 +217,71 @@ def test_every_kind_of_bad_record_is_rejected_with_its_offset_and_reason(case):
     assert case.violations() == []
 
 
+# Text that CSV, COPY or a trimming writer could get wrong: separators, quotes, line breaks, COPY's
+# end-of-data marker alone on a line, surrounding spaces, backslashes, tabs, empty and non-ASCII.
+AWKWARD = [
+    "a,b",
+    'say "hi"',
+    "two\nlines",
+    "x\n\\.\ny",
+    "\\.",
+    "  padded  ",
+    "back\\slash",
+    "tab\tcr\r",
+    "",
+    "zoë ✓",
+]
+
+
+def test_awkward_text_lands_exactly_as_produced(case):
+    case.create_topic(1)
+    good = {
+        "event_id": "0b7e1c52-3f0e-4f5e-9a43-6f7f0d5b1a01",
+        "event_type": "order_paid",
+        "event_time": "2026-01-01T00:00:00.123456Z",
+        "amount_cents": 100,
+        "currency": "EUR",
+        "schema_version": 1,
+    }
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers, "enable.idempotence": True})
+    for i, text in enumerate(AWKWARD):
+        event_id = good["event_id"][:-2] + f"{i:02d}"
+        value = good | {"event_id": event_id, "order_id": text, "customer_id": text[::-1]}
+        producer.produce(
+            case.topic,
+            value=json.dumps(value).encode(),
+            key=text.encode(),
+            headers=[("h", text.encode()), ("none", None)],
+            partition=0,
+            timestamp=1767225600123 + i,
+        )
+    no_key = good | {"order_id": "o", "customer_id": "c"}
+    producer.produce(case.topic, value=json.dumps(no_key).encode(), key=None, partition=0)
+    producer.produce(case.topic, value=b'x,"y"\n\\.\n\xff', key=b"\x00\xff,\n", partition=0)  # rejected
+    producer.flush(10)
+
+    case.ingest()
+    rows = case.query(
+        f"select kafka_key, order_id, customer_id, kafka_headers, kafka_timestamp, event_time "
+        f"from {case.table} order by kafka_offset"
+    )
+    assert len(rows) == len(AWKWARD) + 1
+    assert [(r[0], r[1], r[2]) for r in rows[: len(AWKWARD)]] == [(t, t, t[::-1]) for t in AWKWARD]
+    assert [r[3] for r in rows[: len(AWKWARD)]] == [
+        [{"key": "h", "value": t}, {"key": "none", "value": None}] for t in AWKWARD
+    ]
+    assert [int(r[4].timestamp() * 1000) for r in rows[: len(AWKWARD)]] == [
+        1767225600123 + i for i in range(len(AWKWARD))
+    ]
+    assert {r[5].isoformat() for r in rows} == {"2026-01-01T00:00:00.123456+00:00"}
+    assert rows[-1][0] is None  # the record without a key: NULL, not ''
+    ((raw_key, raw_value, error),) = case.query(
+        "select raw_key, raw_value, error from eosflow.rejected where pipeline = %s", case.name
+    )
+    assert (bytes(raw_key), bytes(raw_value), error) == (b"\x00\xff,\n", b'x,"y"\n\\.\n\xff', "not UTF-8")
+    assert case.violations() == []
+
+
 def test_the_job_runs_under_spark_submit_with_shipped_code(case):
     from eosflow.ingest.submit import spark_env, spark_submit_args
 

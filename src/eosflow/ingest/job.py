@@ -159,7 +159,8 @@ def _plan(
 def _read_transform_stage(
     settings: Settings, pipeline: pipelines.Pipeline, plan: Plan, timer: _Timer, log: Log
 ) -> dict[tuple[str, int], int]:
-    from eosflow.ingest.read import check_within_plan, partition_stats, read_plan
+    """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging."""
+    from eosflow.ingest.read import check_within_plan, data_loss_as_error, read_plan
     from eosflow.ingest.spark_session import get_spark
     from eosflow.ingest.stage import stage
     from eosflow.ingest.transform import transform_orders
@@ -167,21 +168,23 @@ def _read_transform_stage(
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
     fault_point("before_read")
-    with timer("read"):
-        source = read_plan(spark, settings.bootstrap_servers, plan).persist()
-        records_read = check_within_plan(plan, partition_stats(source, plan))
-    log(f"read {sum(records_read.values()):,} records")
-    fault_point("after_read")
-    with timer("transform+stage"):
+    with timer("read+transform+stage"), data_loss_as_error(plan):
         result = transform_orders(
-            source,
+            read_plan(spark, settings.bootstrap_servers, plan),
             pipeline=pipeline.name,
             batch_id=plan.batch_id,
             transform_version=pipeline.transform_version,
             max_value_bytes=pipeline.max_value_bytes,
         )
-        stage(settings, pipeline, plan.batch_id, result.valid, result.rejected)
-    source.unpersist()
+        staged = stage(settings, pipeline, plan.batch_id, result)
+    records_read = check_within_plan(plan, staged.read)
+    log(
+        f"read {sum(records_read.values()):,} records and staged them: "
+        f"{staged.valid:,} rows, {staged.rejected:,} rejected"
+    )
+    # The pass reads and stages together, so both points stand after it: the state a crash leaves
+    # there is the same (staged, not committed), and the lab still kills at each named boundary.
+    fault_point("after_read")
     fault_point("after_stage")
     return records_read
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from eosflow.ingest.ranges import Plan
 
 
@@ -29,17 +32,13 @@ def read_plan(spark, bootstrap: str, plan: Plan):
     )
 
 
-def partition_stats(df, plan: Plan) -> dict[tuple[str, int], tuple[int, int, int]]:
-    """(topic, partition) -> (records, min offset, max offset): one pass over what was read."""
+@contextmanager
+def data_loss_as_error(plan: Plan) -> Iterator[None]:
+    """Turn Spark's "records were lost" failure of the planned ranges into a ReadDataLossError."""
     from py4j.protocol import Py4JJavaError
-    from pyspark.sql import functions as F
 
     try:
-        rows = (
-            df.groupBy("topic", "partition")
-            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
-            .collect()
-        )
+        yield
     except Py4JJavaError as exc:
         if "KafkaIllegalStateException" not in str(exc) and "may have been lost" not in str(exc):
             raise
@@ -52,7 +51,6 @@ def partition_stats(df, plan: Plan) -> dict[tuple[str, int], tuple[int, int, int
             "start a new run (new run id); its plan will name the lost range, and --acknowledge-data-loss "
             "records it in the ledger if the loss is accepted."
         ) from None
-    return {(r.topic, r.partition): (r.n, r.lo, r.hi) for r in rows}
 
 
 def check_within_plan(

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from eosflow.settings import Settings
 from eosflow.stack import jars
 
+# HotSpot never JIT-compiles a method longer than 8,000 bytecodes, and the code Spark generates for the
+# transform's checks is longer: it ran interpreted, and validation took twice as long (bench/README.md).
+JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
 
-def get_spark(settings: Settings, app_name: str):
+
+def launch_conf(settings: Settings, class_archive: str | None = None) -> dict[str, str]:
+    """Settings the JVM must have when it starts: a spark-submit passes them as --conf
+    (eosflow.ingest.submit, the Airflow operator); an in-process session sets them on its builder.
+    """
+    driver = f"{JVM_OPTIONS} {class_archive or ''}".strip()
+    return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": JVM_OPTIONS}
+
+
+def get_spark(settings: Settings, app_name: str, class_archive: str | None = None):
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -16,6 +29,13 @@ def get_spark(settings: Settings, app_name: str):
     submitted = SparkConf()  # under spark-submit this already holds --master, --jars, ...
     if not submitted.contains("spark.master"):
         builder = builder.master(os.environ.get("EOSFLOW_SPARK_MASTER", "local[2]"))
+    if not submitted.contains("spark.pyspark.python"):
+        # The staging tasks run Python (psycopg, pyarrow, eosflow): this interpreter's, not the first
+        # python3 on PATH. An in-process SparkContext takes its workers' Python from the environment.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    for key, value in launch_conf(settings, class_archive).items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
     if not submitted.contains("spark.jars"):
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars.spark_jars(settings)))
     spark = (

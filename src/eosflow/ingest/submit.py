@@ -7,6 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from eosflow.ingest.spark_session import launch_conf
 from eosflow.settings import Settings
 from eosflow.stack import jars
 
@@ -52,6 +53,7 @@ def spark_submit_args(
         ",".join(str(j) for j in jars.spark_jars(settings)),
         "--py-files",
         str(package(settings)),
+        *[arg for key, value in launch_conf(settings).items() for arg in ("--conf", f"{key}={value}")],
         "--conf",
         f"spark.pyspark.python={sys.executable}",
         "--conf",

@@ -1,9 +1,10 @@
 """Kafka records -> typed order rows, or rejected rows with a reason: a pure DataFrame transform.
 
 `transform_orders` takes a DataFrame shaped like Spark's Kafka batch source with
-`includeHeaders=true` and returns two lazy DataFrames, `valid` and `rejected`. Every input row
-lands in exactly one of them: the split is on one deterministic `error` column (NULL = valid), so
-re-running a batch gives the same rows, which the exactly-once commit relies on.
+`includeHeaders=true` and returns every row once, checked, with both halves as lazy DataFrames,
+`valid` and `rejected`. Every input row lands in exactly one of them: the split is on one
+deterministic `error` column (NULL = valid), so re-running a batch gives the same rows, which the
+exactly-once commit relies on.
 
 Nothing here runs a Spark job (no collect/count/write); the caller decides when and where to write.
 
@@ -199,10 +200,21 @@ def _select_as(df: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
 
 @dataclass(frozen=True)
 class TransformResult:
-    """Two lazy DataFrames; each input row is in exactly one. Columns: VALID_COLUMNS, REJECTED_COLUMNS."""
+    """Every input row once, in `checked`; `valid` and `rejected` are its two halves, both lazy.
 
-    valid: DataFrame
-    rejected: DataFrame
+    `checked` carries all columns of both halves and `error` (NULL = valid), so one pass over the
+    source can write both; the halves have exactly VALID_COLUMNS and REJECTED_COLUMNS.
+    """
+
+    checked: DataFrame
+
+    @property
+    def valid(self) -> DataFrame:
+        return _select_as(self.checked.where(F.col("error").isNull()), VALID_COLUMNS)
+
+    @property
+    def rejected(self) -> DataFrame:
+        return _select_as(self.checked.where(F.col("error").isNotNull()), REJECTED_COLUMNS)
 
 
 def transform_orders(
@@ -238,8 +250,4 @@ def transform_orders(
     # Left alone, the optimizer would push each split filter below this select by inlining the
     # error expression, parsing every value again inside the filter. A one-row generator is a
     # barrier it does not push through, so each output evaluates the checks once per row.
-    checked = checked.select(F.inline(F.array(F.struct(*checked.columns))))
-
-    valid = _select_as(checked.where(F.col("error").isNull()), VALID_COLUMNS)
-    rejected = _select_as(checked.where(F.col("error").isNotNull()), REJECTED_COLUMNS)
-    return TransformResult(valid=valid, rejected=rejected)
+    return TransformResult(checked.select(F.inline(F.array(F.struct(*checked.columns)))))
