@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from eosflow.ingest import spark_cds
 from eosflow.settings import Settings
 from eosflow.stack import jars
 
@@ -16,8 +17,11 @@ JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
 def launch_conf(settings: Settings, class_archive: str | None = None) -> dict[str, str]:
     """Settings the JVM must have when it starts: a spark-submit passes them as --conf
     (eosflow.ingest.submit, the Airflow operator); an in-process session sets them on its builder.
+
+    The driver starts from the class-data-sharing archive (eosflow.ingest.spark_cds) unless
+    `class_archive` says otherwise; no file is touched here, so DAG files may call this at import.
     """
-    driver = f"{JVM_OPTIONS} {class_archive or ''}".strip()
+    driver = f"{JVM_OPTIONS} {class_archive or spark_cds.use_options(settings)}"
     return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
 

@@ -23,9 +23,12 @@ def services(settings: Settings) -> list[KafkaService | PostgresService]:
 
 
 def fetch(settings: Settings, log=print) -> None:
-    """All Maven jars: the broker's classpath and Spark's connector + JDBC driver."""
+    """The Maven jars (the broker's, Spark's connector + JDBC driver), then Spark's class archive."""
+    from eosflow.ingest import spark_cds
+
     for name in jars.CLASSPATHS:
         jars.fetch(settings, name, log=log)
+    spark_cds.record(settings, log=log)
 
 
 def up(settings: Settings, log=print) -> None:
