@@ -36,7 +36,12 @@ class IngestSummary:
 
 
 def write_pipelines_file(path: Path, pipeline: str, topic: str, target_table: str, max_records: int) -> Path:
-    """One pipeline reading all of `topic` in a single run (max_records_per_partition >= the topic)."""
+    """One pipeline reading all of `topic` in a single run.
+
+    The planner caps a range in offsets, not records, and transaction markers take offsets too: a
+    cap of `max_records` cut a one-partition topic of 1M records in transactions of 1,000 at
+    999,001 records. Every record plus at most one marker each always fits under twice as many.
+    """
     body = {
         "pipelines": {
             pipeline: {
@@ -45,7 +50,7 @@ def write_pipelines_file(path: Path, pipeline: str, topic: str, target_table: st
                 "transform": "orders",
                 "transform_version": "v1",
                 "initial_offset": "earliest",
-                "max_records_per_partition": max(max_records, 1),
+                "max_records_per_partition": 2 * max(max_records, 1),
                 "max_value_bytes": 65536,
             }
         }
