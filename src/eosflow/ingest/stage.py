@@ -14,7 +14,8 @@ task left twice shows in the commit's count check (staged rows must add up to wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import psycopg
@@ -144,22 +145,28 @@ def _count(table, tally: dict[tuple[str, int, bool], list[int]]) -> None:
     )
     for g in groups.to_pylist():
         key = (g["kafka_topic"], g["kafka_partition"], g["rejected"])
-        n, lo, hi = g["kafka_offset_count"], g["kafka_offset_min"], g["kafka_offset_max"]
-        if key in tally:
-            seen = tally[key]
-            tally[key] = [seen[0] + n, min(seen[1], lo), max(seen[2], hi)]
-        else:
-            tally[key] = [n, lo, hi]
+        seen = (g["kafka_offset_count"], g["kafka_offset_min"], g["kafka_offset_max"])
+        tally[key] = list(_combine(tally.get(key), seen))
+
+
+def _combine(a: Sequence[int] | None, b: Sequence[int]) -> tuple[int, int, int]:
+    """Two (records, lowest offset, highest offset) tallies of one partition as one."""
+    if a is None:
+        return b[0], b[1], b[2]
+    return a[0] + b[0], min(a[1], b[1]), max(a[2], b[2])
 
 
 class _Copy:
-    """One COPY FROM STDIN on a connection of its own, opened at the first line, committed on exit."""
+    """One COPY FROM STDIN on a connection of its own, opened at the first line, committed on exit.
+
+    The connection's own context commits on a clean exit and rolls back on an error, after the COPY
+    context has finished (or aborted) the copy.
+    """
 
     def __init__(self, dsn: str, statement: str) -> None:
         self.dsn, self.statement = dsn, statement
-        self.conn: psycopg.Connection | None = None
+        self.contexts = ExitStack()
         self.copy = None
-        self.copy_cm = None
 
     def __enter__(self) -> _Copy:
         return self
@@ -168,22 +175,14 @@ class _Copy:
         """Stream an Arrow string array as CSV lines (each becomes one row)."""
         if len(lines) == 0:
             return
-        if self.conn is None:
-            self.conn = psycopg.connect(self.dsn)
-            self.copy_cm = self.conn.cursor().copy(self.statement)
-            self.copy = self.copy_cm.__enter__()
+        if self.copy is None:
+            conn = self.contexts.enter_context(psycopg.connect(self.dsn))
+            self.copy = self.contexts.enter_context(conn.cursor().copy(self.statement))
         self.copy.write(_joined(lines))
         self.copy.write(b"\n")
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if self.conn is None:
-            return
-        try:
-            self.copy_cm.__exit__(exc_type, exc, tb)
-            if exc_type is None:
-                self.conn.commit()
-        finally:
-            self.conn.close()
+    def __exit__(self, *exc) -> None:
+        self.contexts.__exit__(*exc)
 
 
 def _joined(lines) -> memoryview:
@@ -203,9 +202,5 @@ def _merge(rows) -> Staged:
     for r in rows:
         key = (r.kafka_topic, r.kafka_partition)
         kinds[r.rejected] += r.n
-        if key in read:
-            n, lo, hi = read[key]
-            read[key] = (n + r.n, min(lo, r.lo), max(hi, r.hi))
-        else:
-            read[key] = (r.n, r.lo, r.hi)
+        read[key] = _combine(read.get(key), (r.n, r.lo, r.hi))
     return Staged(read, valid=kinds[False], rejected=kinds[True])
