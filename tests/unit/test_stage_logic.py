@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import namedtuple
 
 import pyarrow as pa
-import pytest
 
 from eosflow.ingest import spark_cds
 from eosflow.ingest.spark_session import JVM_OPTIONS, launch_conf
-from eosflow.ingest.stage import Staged, _count, _joined, _merge, copy_writer
+from eosflow.ingest.stage import Staged, _count, _merge, _with_hex_bytes, copy_writer, csv_bytes
+from eosflow.ingest.transform import BatchCheck
 from eosflow.settings import load
 
 TallyRow = namedtuple("TallyRow", "kafka_topic kafka_partition rejected n lo hi")
@@ -47,10 +47,29 @@ def test_merge_of_nothing_read_is_empty():
     assert _merge([]) == Staged({}, valid=0, rejected=0)
 
 
-@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
-def test_joined_lines_are_the_exact_bytes_newline_separated_even_for_a_slice(kind):
-    lines = pa.array(['a,"b"', "", "zoë\nx", "last"], kind).slice(1)
-    assert bytes(_joined(lines)) == "\nzoë\nx\nlast".encode()
+def test_csv_bytes_keep_null_empty_quotes_newlines_apart_and_instants_in_utc():
+    rows = pa.table(
+        {
+            "s": ['a,"b"', "", None, "zoë\nx", " pad ", "\\."],
+            "n": pa.array([1, None, 3, 4, 5, 6], pa.int64()),
+            "t": pa.array([0, 123_000, None, 1, 2, 3], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        }
+    )
+    lines = bytes(csv_bytes(rows)).decode().split("\n")
+    assert lines[:3] == [
+        '"a,""b""",1,1970-01-01 00:00:00.000000',
+        '"",,1970-01-01 00:00:00.123000',  # '' quoted (empty string), NULL unquoted-empty
+        ",3,",
+    ]
+    assert lines[3:5] == ['"zoë', 'x",4,1970-01-01 00:00:00.000001']  # a newline stays inside quotes
+    assert lines[5].startswith('" pad ",5,') and lines[6].startswith('"\\.",6,')  # never a bare \.
+
+
+def test_rejected_bytes_become_bytea_hex_and_null_stays_null():
+    rows = pa.table({"raw_key": pa.array([b"\x00\xff", None], pa.binary()), "raw_value": [b"", b"{"]})
+    hexed = _with_hex_bytes(rows)
+    assert hexed.column("raw_key").to_pylist() == ["\\x00ff", None]
+    assert hexed.column("raw_value").to_pylist() == ["\\x", "\\x7b"]
 
 
 def test_the_driver_jvm_compiles_huge_methods_and_maps_the_class_archive():
@@ -66,7 +85,7 @@ def test_the_driver_jvm_compiles_huge_methods_and_maps_the_class_archive():
 def test_a_task_that_read_nothing_reports_an_empty_typed_tally_without_connecting():
     # A range holding only aborted records gives Spark an empty task; its tally must still match the
     # schema mapInArrow declared, and no COPY (no connection) is opened for it.
-    write = copy_writer("postgresql://nobody@127.0.0.1:1/none", "staging.x")
+    write = copy_writer("postgresql://nobody@127.0.0.1:1/none", "staging.x", BatchCheck("p", "b", "v", 10))
     (tally,) = list(write(iter([])))
     assert tally.num_rows == 0
     assert [str(t) for t in tally.schema.types] == ["string", "int32", "bool", "int64", "int64", "int64"]

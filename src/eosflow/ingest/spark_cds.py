@@ -24,6 +24,8 @@ from pathlib import Path
 from eosflow.settings import Settings
 
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale or missing archive is not worth a warning
+# Bump when the training run's shape changes, so `fetch` records the archive again.
+_TRAINING_SHAPE = "2: python checks in mapInArrow"
 
 
 def archive(settings: Settings) -> Path:
@@ -46,6 +48,7 @@ def fingerprint(settings: Settings) -> str:
     version = subprocess.run([java or "java", "-version"], capture_output=True, text=True).stderr
     spark_jars = Path(pyspark.__file__).parent / "jars"
     parts = [
+        _TRAINING_SHAPE,
         os.path.realpath(java or "java"),
         version,
         pyspark.__version__,
@@ -81,13 +84,12 @@ def record(settings: Settings, log=print) -> Path:
 
 
 def _training_run(out: Path) -> None:
-    """A small ingestion-shaped job (transform, CSV lines, an Arrow task in Python), then exit."""
+    """A small ingestion-shaped job (a Python task checking Arrow batches of Kafka records), then exit."""
     from datetime import datetime
 
     from eosflow import settings as settings_mod
     from eosflow.ingest import spark_session
-    from eosflow.ingest.stage import csv_lines
-    from eosflow.ingest.transform import transform_orders
+    from eosflow.ingest.transform import BatchCheck, arrow_source
     from eosflow.produce import events
 
     recording = f"-XX:ArchiveClassesAtExit={out} {_QUIET}"
@@ -101,22 +103,17 @@ def _training_run(out: Path) -> None:
         "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
         "timestampType int, headers array<struct<key: string, value: binary>>"
     )
-    checked = transform_orders(
-        spark.createDataFrame(rows, schema),
-        pipeline="p",
-        batch_id="b",
-        transform_version="v",
-        max_value_bytes=4096,
-    )
-    counted = csv_lines(checked).mapInArrow(_count_batches, "n long").collect()
+    check = BatchCheck(pipeline="p", batch_id="b", transform_version="v", max_value_bytes=4096)
+
+    def count(batches):
+        import pyarrow as pa
+
+        yield pa.RecordBatch.from_pydict({"n": [sum(check(b).num_rows for b in batches)]})
+
+    source = arrow_source(spark.createDataFrame(rows, schema))
+    counted = source.mapInArrow(count, "n long").collect()
     assert sum(r.n for r in counted) == len(rows), counted
     spark.stop()
-
-
-def _count_batches(batches):
-    import pyarrow as pa
-
-    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]})
 
 
 if __name__ == "__main__":

@@ -1,38 +1,29 @@
-"""Kafka records -> typed order rows, or rejected rows with a reason: a pure DataFrame transform.
+"""Kafka records -> typed order rows, or rejected rows with a reason; every input row exactly once.
 
-`transform_orders` takes a DataFrame shaped like Spark's Kafka batch source with
-`includeHeaders=true` and returns every row once, checked, with both halves as lazy DataFrames,
-`valid` and `rejected`. Every input row lands in exactly one of them: the split is on one
-deterministic `error` column (NULL = valid), so re-running a batch gives the same rows, which the
-exactly-once commit relies on.
+`BatchCheck` turns one Arrow batch of Kafka records (Spark's Kafka batch source with
+`includeHeaders=true`, as `arrow_source` hands it to Python) into one checked batch: the order
+fields typed (NULL for a rejected row) and one deterministic `error` column (NULL = valid), so
+re-running a batch gives the same rows, which the exactly-once commit relies on. The rules
+themselves are in `eosflow.ingest.checks`.
 
-Nothing here runs a Spark job (no collect/count/write); the caller decides when and where to write.
-
-Checks, in order; the first one that fails is the row's only error:
-
-1. ``null value``
-2. ``oversized: <n> bytes > <max>``
-3. ``not UTF-8``
-4. ``not JSON`` (malformed, duplicate keys, trailing content, or not an object)
-5. ``missing field: <name>`` (absent or JSON null)
-6. ``mistyped field: <name> (expected <type>)``
-7. ``invalid value: <name> (<why>)``
-
-Strict typing: the value is parsed once into a VARIANT, which keeps the JSON type of every field.
-`schema_of_variant` then tells a JSON integer (BIGINT) from a string "12" (STRING), from 1.5 or 1.0
-(DECIMAL), 1e2 (DOUBLE), an integer too big for 64 bits (DECIMAL(20,0)) and true (BOOLEAN). Typed
-extraction alone cannot: `try_variant_get(v, path, "bigint")` casts "12" to 12 and 1.5 to 1.
+`transform_orders` is the same transform on a Spark DataFrame, lazily: nothing runs a Spark job
+until the caller writes or collects. The staging step does not go through it twice: it runs
+`BatchCheck` inside the same Python task that COPYs the rows (eosflow.ingest.stage).
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import pyarrow as pa
 
-# The producer defines the event contract; the checks here follow it rather than restate it.
-from eosflow.produce.events import EVENT_TYPES, SCHEMA_VERSION
+from eosflow.ingest.checks import FIELDS, check_value
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 VALID_COLUMNS: list[tuple[str, str]] = [
     ("kafka_topic", "string"),
@@ -65,189 +56,155 @@ REJECTED_COLUMNS: list[tuple[str, str]] = [
     ("batch_id", "string"),
 ]
 
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    json_type: str  # the JSON type as schema_of_variant names it
-    expected: str  # what the "mistyped field" error says was expected
-    pattern: str | None = None  # a string field must also match this (Java regex, find semantics)
-
-
-# rlike uses find(): anchor with ^ and \z, since $ would also accept a trailing "\n".
-_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\z"
-# An explicit zone is required: without one, the instant would depend on the session time zone.
-_ISO_INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})\z"
-_CURRENCY = r"^[A-Z]{3}\z"
-
-# The required fields, in the order their errors are reported.
-_FIELDS: tuple[_Field, ...] = (
-    # Lower case only, so the business key (deduplicated downstream) has a single spelling.
-    _Field("event_id", "STRING", "lower-case canonical UUID string", _UUID),
-    _Field("event_type", "STRING", "string"),
-    _Field(
-        "event_time", "STRING", "ISO-8601 timestamp string with zone, e.g. 2026-01-01T00:00:00Z", _ISO_INSTANT
-    ),
-    _Field("order_id", "STRING", "string"),
-    _Field("customer_id", "STRING", "string"),
-    _Field("amount_cents", "BIGINT", "64-bit integer"),
-    _Field("currency", "STRING", "string"),
-    _Field("schema_version", "BIGINT", "integer"),
+# Both halves' columns and `error`, in one batch: one pass over the source can write both.
+CHECKED_COLUMNS: list[tuple[str, str]] = list(
+    dict([("pipeline", "string"), *VALID_COLUMNS, *REJECTED_COLUMNS]).items()
 )
 
-_DOC = "_doc"  # {"_": value} (VARIANT), NULL unless the value is exactly one JSON value
-_RAW = "_raw_"  # prefix of the per-field VARIANT columns
+_UTC_MICROS = pa.timestamp("us", tz="UTC")
+_ARROW_TYPES = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "timestamp": _UTC_MICROS,
+    "binary": pa.binary(),
+}
+_FIELD_TYPES = [_ARROW_TYPES[dict(VALID_COLUMNS)[f.name]] for f in FIELDS]
+_NO_FIELDS = (None,) * len(FIELDS)
 
 
-def _decode_utf8(b: Column) -> Column:
-    """Binary -> string, invalid UTF-8 sequences replaced by U+FFFD (keys and headers are not validated)."""
-    return F.make_valid_utf8(b.cast("string"))
+@dataclass(frozen=True)
+class BatchCheck:
+    """Checks Arrow batches of Kafka records; a plain value, so Spark can ship it to its Python tasks."""
 
+    pipeline: str
+    batch_id: str
+    transform_version: str
+    max_value_bytes: int
 
-def _headers_json(headers: Column) -> Column:
-    """Kafka headers as a JSON array of {"key", "value"}; "[]" when there are none."""
-    pairs = F.transform(
-        headers, lambda h: F.struct(h["key"].alias("key"), _decode_utf8(h["value"]).alias("value"))
-    )
-    # ignoreNullFields=false keeps {"value": null} for a header without a value instead of dropping it.
-    return F.coalesce(F.to_json(pairs, {"ignoreNullFields": "false"}), F.lit("[]"))
+    def __post_init__(self) -> None:
+        if self.max_value_bytes < 1:
+            raise ValueError(f"max_value_bytes must be >= 1, got {self.max_value_bytes}")
 
-
-def _wrapped_single_json(text: Column) -> Column:
-    """`{"_": text}` as a VARIANT if `text` is exactly one JSON value, else NULL; the value is at `$._`.
-
-    Spark's JSON parsers (try_parse_json, from_json, get_json_object) stop after the first value
-    and ignore whatever follows, so '{"a":1} junk' and '{"a":1}{"b":2}' would pass. Wrapping the
-    text proves nothing follows the value: with R the text after the first value, '[' text ']'
-    has length 1 only if R is empty or starts with ']', and '{"_":' text '}' parses only if R is
-    empty or starts with '}' or ','. Both hold only for an empty R. The array length is a
-    streaming scan, so the value is still materialised only once. The fields are read through the
-    wrapper (`$._.<name>`) rather than from a copy of the value extracted first: that copy would
-    rebuild every record's VARIANT once more.
-    """
-    single = F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1
-    return F.when(single, F.try_parse_json(F.concat(F.lit('{"_":'), text, F.lit("}"))))
-
-
-def _is_json_object(wrapped: Column) -> Column:
-    """True if the wrapped value is a JSON object; casting to an empty struct yields NULL otherwise."""
-    return F.try_variant_get(wrapped, "$._", "struct<>").isNotNull()
-
-
-def _typed(field: _Field, raw: Column) -> Column:
-    """The field's value as its Spark type, NULL if it does not have that type (never raises)."""
-    if field.json_type == "BIGINT":
-        return F.when(F.schema_of_variant(raw) == "BIGINT", F.try_variant_get(raw, "$", "bigint"))
-    text = F.when(F.schema_of_variant(raw) == "STRING", F.try_variant_get(raw, "$", "string"))
-    if field.pattern is not None:
-        text = F.when(text.rlike(field.pattern), text)
-    if field.name == "event_time":
-        # try_cast: a well-formed but impossible date (2026-02-30) is NULL, not an ANSI error.
-        # Digits beyond microseconds (Spark's and Postgres' precision) are truncated.
-        return text.try_cast("timestamp")
-    return text
-
-
-def _invalid_reason(field: _Field, value: Column) -> Column | None:
-    """Why a well-typed value is still unacceptable (NULL if it is fine); None: no rule for the field."""
-    if field.name == "event_type":
-        return F.when(~value.isin(*EVENT_TYPES), F.lit(f"not one of {', '.join(EVENT_TYPES)}"))
-    if field.name == "amount_cents":
-        return F.when(value <= 0, F.concat(F.lit("must be > 0, got "), value.cast("string")))
-    if field.name == "currency":
-        return F.when(~value.rlike(_CURRENCY), F.lit("must be 3 upper-case letters"))
-    if field.name == "schema_version":
-        return F.when(
-            value != SCHEMA_VERSION, F.concat(F.lit(f"must be {SCHEMA_VERSION}, got "), value.cast("string"))
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
+        # of the batch again and again while it is built: 15-20% of the check's time.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            results = [check_value(v, self.max_value_bytes) for v in batch.column("value").to_pylist()]
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        errors = [error for error, _ in results]
+        fields = list(zip(*(typed or _NO_FIELDS for _, typed in results), strict=True)) if n else []
+        columns: dict[str, pa.Array] = {
+            "pipeline": _constant(self.pipeline, n),
+            "kafka_topic": _plain(batch.column("topic")),
+            "kafka_partition": batch.column("partition"),
+            "kafka_offset": batch.column("offset"),
+            "kafka_timestamp": batch.column("timestamp").cast(_UTC_MICROS),
+            "kafka_key": _text(batch.column("key")),
+            "kafka_headers": batch.column("kafka_headers"),
+            **{f.name: pa.array(fields[i] if n else [], _FIELD_TYPES[i]) for i, f in enumerate(FIELDS)},
+            "raw_key": _plain(batch.column("key")),
+            "raw_value": _plain(batch.column("value")),
+            "error": pa.array(errors, pa.string()),
+            "batch_id": _constant(self.batch_id, n),
+            "transform_version": _constant(self.transform_version, n),
+        }
+        return pa.RecordBatch.from_arrays(
+            [columns[name].cast(_ARROW_TYPES[t]) for name, t in CHECKED_COLUMNS],
+            names=[name for name, _ in CHECKED_COLUMNS],
         )
-    return None
+
+    def batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The function a Spark task runs over its Arrow batches (for mapInArrow)."""
+        for batch in batches:
+            yield self(batch)
 
 
-def _first_error(max_value_bytes: int) -> Column:
-    """The first failing check as a message, NULL when the row is valid.
-
-    CASE WHEN stops at the first true branch; coalesce keeps field order within a rule and puts
-    every missing field before any mistyped one, and every mistyped one before any invalid one.
-    """
-    value = F.col("value")
-    size = F.length(value)  # bytes, for a binary column
-    missing, mistyped, invalid = [], [], []
-    for field in _FIELDS:
-        raw, typed = F.col(_RAW + field.name), F.col(field.name)
-        missing.append(F.when(raw.isNull() | F.is_variant_null(raw), F.lit(f"missing field: {field.name}")))
-        mistyped.append(
-            F.when(typed.isNull(), F.lit(f"mistyped field: {field.name} (expected {field.expected})"))
-        )
-        reason = _invalid_reason(field, typed)
-        if reason is not None:
-            invalid.append(F.concat(F.lit(f"invalid value: {field.name} ("), reason, F.lit(")")))
-    return (
-        F.when(value.isNull(), F.lit("null value"))
-        .when(
-            size > max_value_bytes,
-            F.concat(F.lit("oversized: "), size.cast("string"), F.lit(f" bytes > {max_value_bytes}")),
-        )
-        .when(~F.is_valid_utf8(value.cast("string")), F.lit("not UTF-8"))
-        .when(F.col(_DOC).isNull() | ~_is_json_object(F.col(_DOC)), F.lit("not JSON"))
-        .otherwise(F.coalesce(*missing, *mistyped, *invalid))
-    )
+def _constant(value: str, n: int) -> pa.Array:
+    return pa.array([value] * n, pa.string())
 
 
-def _select_as(df: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
-    """Select `columns` in order, cast to their declared types, so the schema matches the constants."""
-    return df.select(*[F.col(name).cast(spark_type).alias(name) for name, spark_type in columns])
+def _plain(column: pa.Array) -> pa.Array:
+    """Spark may hand over large_string/large_binary; the checked batch uses the plain types."""
+    if pa.types.is_large_string(column.type):
+        return column.cast(pa.string())
+    if pa.types.is_large_binary(column.type):
+        return column.cast(pa.binary())
+    return column
+
+
+def _decode(b: bytes | None) -> str | None:
+    """Binary -> text, invalid UTF-8 replaced by U+FFFD (keys and headers are kept, not validated)."""
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def _text(keys: pa.Array) -> pa.Array:
+    try:
+        return keys.cast(pa.string())  # zero-copy when every key is valid UTF-8, as they nearly always are
+    except pa.ArrowInvalid:
+        return pa.array([_decode(k) for k in keys.to_pylist()], pa.string())
+
+
+def _spark_ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{name} {spark_type}" for name, spark_type in columns)
+
+
+CHECKED_DDL = _spark_ddl(CHECKED_COLUMNS)
 
 
 @dataclass(frozen=True)
 class TransformResult:
-    """Every input row once, in `checked`; `valid` and `rejected` are its two halves, both lazy.
+    """The source and its check; `checked` is every input row once, `valid` and `rejected` its halves.
 
-    `checked` carries all columns of both halves and `error` (NULL = valid), so one pass over the
-    source can write both; the halves have exactly VALID_COLUMNS and REJECTED_COLUMNS.
+    All three are lazy DataFrames; the halves have exactly VALID_COLUMNS and REJECTED_COLUMNS.
     """
 
-    checked: DataFrame
+    source: DataFrame
+    check: BatchCheck
+
+    @property
+    def checked(self) -> DataFrame:
+        return arrow_source(self.source).mapInArrow(self.check.batches, CHECKED_DDL)
 
     @property
     def valid(self) -> DataFrame:
-        return _select_as(self.checked.where(F.col("error").isNull()), VALID_COLUMNS)
+        from pyspark.sql import functions as F
+
+        return self.checked.where(F.col("error").isNull()).select([n for n, _ in VALID_COLUMNS])
 
     @property
     def rejected(self) -> DataFrame:
-        return _select_as(self.checked.where(F.col("error").isNotNull()), REJECTED_COLUMNS)
+        from pyspark.sql import functions as F
+
+        return self.checked.where(F.col("error").isNotNull()).select([n for n, _ in REJECTED_COLUMNS])
+
+
+def arrow_source(df: DataFrame) -> DataFrame:
+    """The Kafka source's columns a check needs, as a Python task receives them.
+
+    Spark writes the headers as JSON itself: handing Python the headers' list-of-structs column cost
+    more than the whole check (3.5 s per 500k records on two cores), a string costs next to nothing.
+    """
+    from pyspark.sql import functions as F
+
+    def utf8(b):  # invalid UTF-8 sequences replaced by U+FFFD (headers are kept, not validated)
+        return F.make_valid_utf8(b.cast("string"))
+
+    pairs = F.transform("headers", lambda h: F.struct(h["key"].alias("key"), utf8(h["value"]).alias("value")))
+    # ignoreNullFields=false keeps {"value": null} for a header without a value instead of dropping it.
+    headers = F.coalesce(F.to_json(pairs, {"ignoreNullFields": "false"}), F.lit("[]"))
+    return df.select(
+        "key", "value", "topic", "partition", "offset", "timestamp", headers.alias("kafka_headers")
+    )
 
 
 def transform_orders(
     df: DataFrame, *, pipeline: str, batch_id: str, transform_version: str, max_value_bytes: int
 ) -> TransformResult:
-    """Split Kafka order records into typed `valid` rows and `rejected` rows (see module docstring)."""
-    if max_value_bytes < 1:
-        raise ValueError(f"max_value_bytes must be >= 1, got {max_value_bytes}")
-
-    # Parse only values that passed the cheaper checks: an oversized value is never parsed.
-    parseable = F.col("value").isNotNull() & (F.length("value") <= max_value_bytes)
-    staged = (
-        df.withColumn(_DOC, F.when(parseable, _wrapped_single_json(F.col("value").cast("string"))))
-        .withColumns({_RAW + f.name: F.variant_get(F.col(_DOC), f"$._.{f.name}", "variant") for f in _FIELDS})
-        .withColumns({f.name: _typed(f, F.col(_RAW + f.name)) for f in _FIELDS})
-        .withColumn("error", _first_error(max_value_bytes))
-    )
-    checked = staged.select(
-        F.lit(pipeline).alias("pipeline"),
-        F.col("topic").alias("kafka_topic"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        _decode_utf8(F.col("key")).alias("kafka_key"),
-        _headers_json(F.col("headers")).alias("kafka_headers"),
-        *[F.col(f.name) for f in _FIELDS],
-        F.col("key").alias("raw_key"),
-        F.col("value").alias("raw_value"),
-        F.col("error"),
-        F.lit(batch_id).alias("batch_id"),
-        F.lit(transform_version).alias("transform_version"),
-    )
-    # Left alone, the optimizer would push each split filter below this select by inlining the
-    # error expression, parsing every value again inside the filter. A one-row generator is a
-    # barrier it does not push through, so each output evaluates the checks once per row.
-    return TransformResult(checked.select(F.inline(F.array(F.struct(*checked.columns)))))
+    """Split Kafka order records into typed `valid` rows and `rejected` rows (see eosflow.ingest.checks)."""
+    return TransformResult(df, BatchCheck(pipeline, batch_id, transform_version, max_value_bytes))

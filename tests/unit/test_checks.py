@@ -1,0 +1,153 @@
+"""The record rules and the Arrow batch check without Spark: the edges tests/unit/test_transform.py
+(which runs the same rules through Spark) does not reach."""
+
+from __future__ import annotations
+
+import gc
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+
+from eosflow.ingest.checks import FIELDS, check_value
+from eosflow.ingest.transform import CHECKED_COLUMNS, BatchCheck
+from eosflow.produce import events
+
+GOOD = json.loads(next(events.generate(seed=3, count=1)).value)
+
+
+def value(**changes: object) -> bytes:
+    return json.dumps({**GOOD, **changes}).encode()
+
+
+def test_every_produced_event_is_valid_and_typed_as_written():
+    for e in events.generate(seed=11, count=2_000):
+        error, typed = check_value(e.value, 65_536)
+        assert error is None, (error, e.value)
+        body = json.loads(e.value)
+        fields = dict(zip([f.name for f in FIELDS], typed, strict=True))
+        assert fields["event_time"] == datetime.fromisoformat(body["event_time"])
+        assert {k: v for k, v in fields.items() if k != "event_time"} == {
+            k: v for k, v in body.items() if k != "event_time"
+        }
+
+
+@pytest.mark.parametrize(
+    ("event_time", "expected"),
+    [
+        ("2026-01-01T00:00:00.123456789Z", datetime(2026, 1, 1, 0, 0, 0, 123456, UTC)),  # truncated
+        ("2026-01-01T18:00:00+18:00", datetime(2026, 1, 1, tzinfo=UTC)),
+        ("2026-01-01T00:00:00-18:00", datetime(2026, 1, 1, 18, tzinfo=UTC)),
+        ("2026-01-01T00:00:00-00:00", datetime(2026, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_instants_at_the_edges_are_read_exactly(event_time, expected):
+    error, typed = check_value(value(event_time=event_time), 4096)
+    assert error is None
+    assert typed[2] == expected and typed[2].utcoffset() is not None
+
+
+@pytest.mark.parametrize(
+    "event_time",
+    [
+        "2026-01-01T00:00:00+18:01",  # beyond the offsets Java and Postgres accept
+        "2026-01-01T00:00:00+19:00",
+        "2026-01-01T00:00:00+02:60",
+        "2026-01-01T00:00:00+0200",
+        "٢٠٢٦-01-01T00:00:00Z",  # non-ASCII digits: Python's \d would take them
+        "2026-01-01T23:59:60Z",
+        "0000-01-01T00:00:00Z",
+        "2026-001T00:00:00Z",
+        "2026-01-01T00:00:00.Z",
+        "2026-01-01T00:00:00.1234567890Z",
+    ],
+)
+def test_instants_outside_the_contract_are_mistyped(event_time):
+    error, _ = check_value(value(event_time=event_time), 4096)
+    assert error == f"mistyped field: event_time (expected {FIELDS[2].expected})"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        value()[:-1] + b',"x":Infinity}',
+        value()[:-1] + b',"x":-Infinity}',
+        value()[:-1] + b',"x":{"y":"\\udc00"}}',  # a lone surrogate deep in an extra field
+        value()[:-1] + b',"\\ud800":1}',  # ... or in a key
+        value()[:-1] + b',"x":{"k":1,"k":2}}',  # a duplicate key in a nested object
+        b'{"x":' + b"[" * 50_000 + b"]" * 50_000 + b"}",  # deeper than the interpreter's stack
+        value()[:-1] + b',"x":"a\tb"}',  # a raw control character inside a string
+    ],
+)
+def test_what_is_not_strict_json_is_rejected_as_such(text):
+    assert check_value(text, 1_000_000) == ("not JSON", None)
+
+
+def test_a_surrogate_pair_escape_is_one_character_and_valid():
+    text = value(order_id="ord-\U0001f600")
+    assert b"\\ud83d\\ude00" in text  # json.dumps writes it as an escaped pair
+    error, typed = check_value(text, 4096)
+    assert error is None and typed[3] == "ord-\U0001f600"
+
+
+def test_booleans_are_not_integers():
+    assert (
+        check_value(value(schema_version=True), 4096)[0]
+        == "mistyped field: schema_version (expected integer)"
+    )
+
+
+def _kafka_batch(values: list[bytes | None], keys: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "topic": pa.array(["t"] * n, pa.large_string()),  # Spark may hand over large types
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": pa.array([datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=1)))] * n),
+            "kafka_headers": pa.array(["[]"] * n, pa.string()),
+        }
+    )
+
+
+def test_a_batch_check_returns_every_row_once_in_the_declared_columns():
+    values = [value(), None, b"{}", value(amount_cents=0), b"\xff"]
+    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch(values, [b"k", None, b"k\xff", b"", b"x"]))
+    assert checked.schema.names == [name for name, _ in CHECKED_COLUMNS]
+    assert checked.column("kafka_offset").to_pylist() == list(range(len(values)))
+    assert checked.column("raw_value").to_pylist() == values
+    assert checked.column("error").to_pylist() == [
+        None,
+        "null value",
+        "missing field: event_id",
+        "invalid value: amount_cents (must be > 0, got 0)",
+        "not UTF-8",
+    ]
+    assert checked.column("event_id").to_pylist() == [GOOD["event_id"], None, None, None, None]
+    assert checked.column("kafka_key").to_pylist() == ["k", None, "k\ufffd", "", "x"]
+    assert checked.column("kafka_timestamp")[0].as_py() == datetime(2025, 12, 31, 23, tzinfo=UTC)
+    assert str(checked.schema.field("kafka_topic").type) == "string"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_batch_check_leaves_the_garbage_collector_as_it_found_it(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        BatchCheck("p", "b", "v", 4096)(_kafka_batch([value()], [b"k"]))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_an_empty_batch_checks_to_an_empty_batch():
+    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([], []))
+    assert checked.num_rows == 0 and checked.schema.names == [name for name, _ in CHECKED_COLUMNS]
+
+
+def test_max_value_bytes_must_be_positive():
+    with pytest.raises(ValueError, match="max_value_bytes must be >= 1"):
+        BatchCheck("p", "b", "v", 0)
