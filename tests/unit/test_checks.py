@@ -151,3 +151,38 @@ def test_an_empty_batch_checks_to_an_empty_batch():
 def test_max_value_bytes_must_be_positive():
     with pytest.raises(ValueError, match="max_value_bytes must be >= 1"):
         BatchCheck("p", "b", "v", 0)
+
+
+# Values each field may take in the fuzz below: valid ones, every JSON type, and the edges of the rules.
+_CANDIDATES: dict[str, list[object]] = {
+    "event_id": [GOOD["event_id"], GOOD["event_id"].upper(), "x", 7, None, [GOOD["event_id"]]],
+    "event_type": ["order_paid", "order_refunded", "", 5, True, None, {"t": "order_paid"}],
+    "event_time": ["2026-01-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-01-01", 1.5, None, "+19:00"],
+    "order_id": ["ord-1", "", 42, None, ["ord-1"]],
+    "customer_id": ["cus-1", {"id": 1}, None, 0],
+    "amount_cents": [1250, 0, -5, 2**63 - 1, 2**63, 12.0, "12", True, None],
+    "currency": ["EUR", "eur", "EURO", "EUR\n", 3, None],
+    "schema_version": [1, 2, 0, 1.0, "1", True, None],
+}
+
+
+def test_the_fast_path_accepts_exactly_what_the_ordered_rules_accept():
+    import random
+
+    from eosflow.ingest.checks import _ACCEPTS, _valid_fields, first_field_error
+
+    rng = random.Random(5)
+    outcomes = set()
+    for _ in range(20_000):
+        doc = {}
+        for name, options in _CANDIDATES.items():
+            choice = options[0] if rng.random() < 0.6 else rng.choice(options)
+            if choice is not None or rng.random() < 0.5:  # None: sometimes JSON null, sometimes absent
+                doc[name] = choice
+        fast, error = _valid_fields(doc), first_field_error(doc)
+        assert (fast is None) == (error is not None), (doc, error)
+        if fast is not None:
+            assert fast == [accept(doc[f.name]) for accept, f in zip(_ACCEPTS, FIELDS, strict=True)]
+        outcomes.add(error.split(":")[0] if error else "valid")
+    # The fuzz reached every kind of outcome, so the equivalence above was tested on each.
+    assert outcomes == {"valid", "missing field", "mistyped field", "invalid value"}

@@ -197,7 +197,8 @@ def arrow_source(df: DataFrame) -> DataFrame:
 
     pairs = F.transform("headers", lambda h: F.struct(h["key"].alias("key"), utf8(h["value"]).alias("value")))
     # ignoreNullFields=false keeps {"value": null} for a header without a value instead of dropping it.
-    headers = F.coalesce(F.to_json(pairs, {"ignoreNullFields": "false"}), F.lit("[]"))
+    # Most records have no headers: "[]" without a JSON writer per row.
+    headers = F.when(F.size("headers") > 0, F.to_json(pairs, {"ignoreNullFields": "false"})).otherwise("[]")
     return df.select(
         "key", "value", "topic", "partition", "offset", "timestamp", headers.alias("kafka_headers")
     )
