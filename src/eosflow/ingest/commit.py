@@ -51,7 +51,7 @@ def commit(
         return _commit_output_then_positions(conn, pipeline, plan, records_read)
     if pipeline.delivery == "at_most_once":
         return _commit_positions_then_output(conn, pipeline, plan, records_read)
-    stage = sql.SQL(staging_table(pipeline))
+    stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
         locked = _lock_positions(conn, plan)
         if _already_committed(conn, plan.batch_id):
@@ -70,7 +70,7 @@ def _commit_output_then_positions(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
-    stage = sql.SQL(staging_table(pipeline))
+    stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
         if _already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
@@ -90,7 +90,7 @@ def _commit_positions_then_output(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_most_once: the positions commit first; a crash before the output does loses it."""
-    stage = sql.SQL(staging_table(pipeline))
+    stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
         locked = _lock_positions(conn, plan)
         if _already_committed(conn, plan.batch_id):
@@ -162,11 +162,10 @@ def _staged_counts(
     plan: Plan,
     records_read: Mapping[Key, int],
 ) -> dict[Key, PartitionCounts]:
-    written = dict(
-        conn.execute(
-            sql.SQL("select kafka_partition, count(*) from {} where batch_id = %s group by 1").format(stage),
-            (plan.batch_id,),
-        ).fetchall()
+    written = (
+        dict(conn.execute(sql.SQL("select kafka_partition, count(*) from {} group by 1").format(stage)))
+        if _exists(conn, stage)
+        else {}  # nothing was staged: a plan with no records to read, or a step skipped (caught below)
     )
     rejected = dict(
         conn.execute(
@@ -217,12 +216,8 @@ def _publish_staged(
 ) -> None:
     """The staged output and rejected rows of the batch, into their tables."""
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
-    conn.execute(
-        sql.SQL("insert into {} ({}) select {} from {} where batch_id = %s").format(
-            target, columns, columns, stage
-        ),
-        (plan.batch_id,),
-    )
+    if _exists(conn, stage):
+        conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(target, columns, columns, stage))
     # The rejected table is shared and keyed; a record re-delivered under at_least_once is already
     # there as rejected, and the duplicate that matters shows in the output.
     again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"
@@ -234,7 +229,7 @@ def _publish_staged(
 
 
 def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None:
-    """Mark the plan committed and empty the batch's staging; the last statements before COMMIT."""
+    """Mark the plan committed and drop the batch's staging; the last statements before COMMIT."""
     conn.execute(
         "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
         (plan.batch_id,),
@@ -243,8 +238,13 @@ def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None
 
 
 def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
-    conn.execute(sql.SQL("delete from {} where batch_id = %s").format(stage), (batch_id,))
+    conn.execute(sql.SQL("drop table if exists {}").format(stage))
     conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+
+
+def _exists(conn: psycopg.Connection, table: sql.Composable) -> bool:
+    (oid,) = conn.execute("select to_regclass(%s)", (table.as_string(conn),)).fetchone()
+    return oid is not None
 
 
 def _columns(conn: psycopg.Connection, table: str) -> list[str]:
@@ -271,7 +271,7 @@ def commit_replay(
     The position rows are locked as in a normal commit, so a replay and a normal run of the same
     partition never interleave their commits.
     """
-    stage = sql.SQL(staging_table(pipeline))
+    stage = sql.SQL(staging_table(plan.batch_id))
     target = sql.SQL(pipeline.target_table)
     with conn.transaction():
         locked = _lock_positions(conn, plan)

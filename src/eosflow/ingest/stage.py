@@ -8,7 +8,9 @@ Postgres parses it while the task checks the next rows. Each task also counts wh
 partition (records, lowest and highest offset), so the count the commit checks staging against
 comes from the same pass, not from a second read.
 
-Re-staging the same batch replaces it: its old staged rows are deleted first. A task commits its
+The batch's rows go to a staging table of its own (eosflow.ingest.store.staging_table), made
+here and dropped by the commit; re-staging the same batch replaces it, and its old rejected rows
+are deleted first. A task commits its
 COPY when it has read its whole range; a failed task commits nothing, and anything a retried
 task left twice shows in the commit's count check (staged rows must add up to what was read).
 """
@@ -20,10 +22,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from eosflow.ingest.pipelines import Pipeline
-from eosflow.ingest.store import staging_table
+from eosflow.ingest.store import create_staging
 from eosflow.ingest.transform import (
     REJECTED_COLUMNS,
     VALID_COLUMNS,
@@ -51,10 +52,8 @@ class Staged:
 
 def stage(settings: Settings, pipeline: Pipeline, batch_id: str, result: TransformResult) -> Staged:
     """Read, check and stage the batch in one Spark job; returns what the job counted."""
-    table = staging_table(pipeline)
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        conn.execute(sql.SQL("delete from {} where batch_id = %s").format(sql.SQL(table)), (batch_id,))
-        conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+        table = create_staging(conn, pipeline, batch_id)
     write = copy_writer(settings.warehouse_dsn, table, result.check)
     rows = arrow_source(result.source).mapInArrow(write, _TALLY_SCHEMA).collect()
     return _merge(rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import psycopg
@@ -74,18 +75,39 @@ def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
     return plan
 
 
-def staging_table(pipeline: Pipeline) -> str:
-    """staging.<schema>__<table>: one staging twin per target, never shared by two pipelines' targets."""
-    schema, table = pipeline.target_table.split(".")
-    return f"staging.{schema}__{table}"
+def staging_table(batch_id: str) -> str:
+    """staging.batch_<digest>: one unlogged table per batch, made by the stage step, dropped by the commit.
+
+    A table of its own, without an index: the COPY maintains nothing but the rows, and the commit
+    drops the table instead of deleting a million rows from a shared one (which also left it bloated).
+    """
+    return f"staging.batch_{hashlib.sha256(batch_id.encode()).hexdigest()[:20]}"
+
+
+def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) -> str:
+    """A fresh, empty staging table for the batch (any earlier attempt's table is dropped first)."""
+    table = sql.SQL(staging_table(batch_id))
+    with conn.transaction():
+        conn.execute(sql.SQL("drop table if exists {}").format(table))
+        conn.execute(
+            sql.SQL("create unlogged table {} (like {} including defaults)").format(
+                table, sql.SQL(pipeline.target_table)
+            )
+        )
+        conn.execute(
+            sql.SQL("comment on table {} is {}").format(
+                table, sql.Literal(f"eosflow staging of batch {batch_id} for {pipeline.target_table}")
+            )
+        )
+        conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+    return staging_table(batch_id)
 
 
 def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
-    """The pipeline's output table (from the transform's template) and its staging twin."""
+    """The pipeline's output table, made from the transform's template unless it exists."""
     schema, table = pipeline.target_table.split(".")
     template = sql.SQL("raw.orders")  # the orders transform's table, made by migration 002
     target = sql.Identifier(schema, table)
-    stage = sql.Identifier(*staging_table(pipeline).split("."))
     with conn.transaction():
         # `create ... if not exists` races in the catalog when two runs of a new pipeline start at once.
         conn.execute(
@@ -108,16 +130,6 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
             conn.execute(
                 sql.SQL("create table if not exists {} (like {} including all)").format(target, template)
             )
-        conn.execute(
-            sql.SQL("create unlogged table if not exists {} (like {} including defaults)").format(
-                stage, target
-            )
-        )
-        conn.execute(
-            sql.SQL("create index if not exists {} on {} (batch_id)").format(
-                sql.Identifier(f"{schema}__{table}_batch"), stage
-            )
-        )
 
 
 def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
