@@ -72,7 +72,7 @@ def test_rejected_bytes_become_bytea_hex_and_null_stays_null():
     assert hexed.column("raw_value").to_pylist() == ["\\x", "\\x7b"]
 
 
-def test_the_driver_jvm_compiles_huge_methods_and_maps_the_class_archive():
+def test_the_driver_jvm_compiles_with_eosflows_jit_choice_and_maps_the_class_archive():
     s = load()
     conf = launch_conf(s)
     assert JVM_OPTIONS in conf["spark.driver.extraJavaOptions"]
@@ -80,6 +80,13 @@ def test_the_driver_jvm_compiles_huge_methods_and_maps_the_class_archive():
     recording = launch_conf(s, class_archive="-XX:ArchiveClassesAtExit=/x.jsa")
     assert "SharedArchiveFile" not in recording["spark.driver.extraJavaOptions"]
     assert "-XX:ArchiveClassesAtExit=/x.jsa" in recording["spark.driver.extraJavaOptions"]
+
+
+def test_a_job_of_another_shape_keeps_the_jvm_compilers_but_still_maps_the_archive():
+    conf = launch_conf(load(), jit="")
+    assert JVM_OPTIONS not in conf["spark.driver.extraJavaOptions"]
+    assert "-XX:SharedArchiveFile=" in conf["spark.driver.extraJavaOptions"]
+    assert "spark.executor.extraJavaOptions" not in conf
 
 
 def test_a_task_that_read_nothing_reports_an_empty_typed_tally_without_connecting():

@@ -4,8 +4,9 @@ The Kafka source subscribes to the topic from the earliest offset, read_committe
 parses the JSON with `from_json` and appends to the table over JDBC (same driver, URL flags and
 batch size as eosflow's staging). The checkpoint directory, not the warehouse, holds the offsets,
 so this is at-least-once: a crash after the write and before the checkpoint writes the batch again.
-The Spark session is eosflow's own (same master, jars and settings), so the two runs differ only in
-what they do with it.
+The Spark session is eosflow's own (same master, jars, settings and class archive), so the two runs
+differ only in what they do with it, except for the JIT: eosflow's C1-only choice suits a job whose
+JVM only reads, and made this one about 10% slower, so it keeps the JVM's default compilers.
 
 Runs as `python -m eosflow.bench.streaming --topic T --table bench.X --checkpoint DIR`.
 """
@@ -40,7 +41,7 @@ def run(settings: Settings, topic: str, table: str, checkpoint: Path) -> dict[st
     from eosflow.ingest.spark_session import get_spark
 
     started = time.monotonic()
-    spark = get_spark(settings, "eosflow-bench-streaming")
+    spark = get_spark(settings, "eosflow-bench-streaming", jit="")
     from pyspark.sql import functions as F
 
     spark_start_s = time.monotonic() - started

@@ -16,18 +16,25 @@ from eosflow.stack import jars
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def launch_conf(settings: Settings, class_archive: str | None = None) -> dict[str, str]:
+def launch_conf(
+    settings: Settings, class_archive: str | None = None, jit: str = JVM_OPTIONS
+) -> dict[str, str]:
     """Settings the JVM must have when it starts: a spark-submit passes them as --conf
     (eosflow.ingest.submit, the Airflow operator); an in-process session sets them on its builder.
 
     The driver starts from the class-data-sharing archive (eosflow.ingest.spark_cds) unless
     `class_archive` says otherwise; no file is touched here, so DAG files may call this at import.
+    `jit` is eosflow's compiler choice; "" leaves the JVM's own (a Spark job of another shape).
     """
-    driver = f"{JVM_OPTIONS} {class_archive or spark_cds.use_options(settings)}"
-    return {"spark.driver.extraJavaOptions": driver, "spark.executor.extraJavaOptions": JVM_OPTIONS}
+    conf = {
+        "spark.driver.extraJavaOptions": f"{jit} {class_archive or spark_cds.use_options(settings)}".strip()
+    }
+    if jit:
+        conf["spark.executor.extraJavaOptions"] = jit
+    return conf
 
 
-def get_spark(settings: Settings, app_name: str, class_archive: str | None = None):
+def get_spark(settings: Settings, app_name: str, class_archive: str | None = None, jit: str = JVM_OPTIONS):
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -39,7 +46,7 @@ def get_spark(settings: Settings, app_name: str, class_archive: str | None = Non
         # The staging tasks run Python (psycopg, pyarrow, eosflow): this interpreter's, not the first
         # python3 on PATH. An in-process SparkContext takes its workers' Python from the environment.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    for key, value in launch_conf(settings, class_archive).items():
+    for key, value in launch_conf(settings, class_archive, jit).items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
     if not submitted.contains("spark.jars"):
