@@ -1,9 +1,9 @@
 """Step 3's rules: one Kafka record value -> its typed order fields, or the first check it fails.
 
-Pure Python, no Spark: `check_value` is the rule book for one record, `BatchCheck` applies it to an
-Arrow batch of Kafka records (what Spark hands a Python task) and returns the checked batch. The
-checks run where the rows already are, in the staging task, instead of as Spark expressions: the
-strict typing below cost Spark about 7 s per 500k records on two cores, Python about 1.5 s.
+Pure Python, no Spark: `check_value` is the rule book for one record; eosflow.ingest.transform's
+`BatchCheck` applies it to the Arrow batches Spark hands a Python task. The checks run where the rows
+already are, in the staging task, instead of as Spark expressions: the strict typing below cost
+Spark about 7 s of two cores per 500k records, Python about 9 us per record (2.3 s of two cores).
 
 Checks, in order; the first one that fails is the row's only error:
 

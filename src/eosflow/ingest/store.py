@@ -86,7 +86,8 @@ def staging_table(batch_id: str) -> str:
 
 def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) -> str:
     """A fresh, empty staging table for the batch (any earlier attempt's table is dropped first)."""
-    table = sql.SQL(staging_table(batch_id))
+    name = staging_table(batch_id)
+    table = sql.SQL(name)
     with conn.transaction():
         conn.execute(sql.SQL("drop table if exists {}").format(table))
         conn.execute(
@@ -100,7 +101,7 @@ def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) 
             )
         )
         conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
-    return staging_table(batch_id)
+    return name
 
 
 def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:

@@ -98,22 +98,23 @@ class BatchCheck:
             if gc_was_enabled:
                 gc.enable()
         errors = [error for error, _ in results]
-        fields = list(zip(*(typed or _NO_FIELDS for _, typed in results), strict=True)) if n else []
+        fields = list(zip(*(typed or _NO_FIELDS for _, typed in results), strict=True)) or [()] * len(FIELDS)
         columns: dict[str, pa.Array] = {
             "pipeline": _constant(self.pipeline, n),
-            "kafka_topic": _plain(batch.column("topic")),
+            "kafka_topic": batch.column("topic"),
             "kafka_partition": batch.column("partition"),
             "kafka_offset": batch.column("offset"),
-            "kafka_timestamp": batch.column("timestamp").cast(_UTC_MICROS),
+            "kafka_timestamp": batch.column("timestamp"),
             "kafka_key": _text(batch.column("key")),
             "kafka_headers": batch.column("kafka_headers"),
-            **{f.name: pa.array(fields[i] if n else [], _FIELD_TYPES[i]) for i, f in enumerate(FIELDS)},
-            "raw_key": _plain(batch.column("key")),
-            "raw_value": _plain(batch.column("value")),
+            **{f.name: pa.array(fields[i], _FIELD_TYPES[i]) for i, f in enumerate(FIELDS)},
+            "raw_key": batch.column("key"),
+            "raw_value": batch.column("value"),
             "error": pa.array(errors, pa.string()),
             "batch_id": _constant(self.batch_id, n),
             "transform_version": _constant(self.transform_version, n),
         }
+        # The cast also turns Spark's large_string/large_binary, and any zone, into the declared types.
         return pa.RecordBatch.from_arrays(
             [columns[name].cast(_ARROW_TYPES[t]) for name, t in CHECKED_COLUMNS],
             names=[name for name, _ in CHECKED_COLUMNS],
@@ -127,15 +128,6 @@ class BatchCheck:
 
 def _constant(value: str, n: int) -> pa.Array:
     return pa.array([value] * n, pa.string())
-
-
-def _plain(column: pa.Array) -> pa.Array:
-    """Spark may hand over large_string/large_binary; the checked batch uses the plain types."""
-    if pa.types.is_large_string(column.type):
-        return column.cast(pa.string())
-    if pa.types.is_large_binary(column.type):
-        return column.cast(pa.binary())
-    return column
 
 
 def _decode(b: bytes | None) -> str | None:
