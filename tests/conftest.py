@@ -34,15 +34,19 @@ def running_stack(settings):
     return settings
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark(settings):
-    """One local Spark session for the run, made exactly as the ingestion job makes it."""
+    """The local Spark session, made exactly as the ingestion job makes it.
+
+    Asked for per module, not once per run: getOrCreate hands back the session already running (an
+    in-process job's, too), and makes a new one if a test stopped it, so no module inherits a dead
+    session. The JVM ends with pytest.
+    """
     from eosflow.ingest.spark_session import get_spark
 
     session = get_spark(settings, "eosflow-tests")
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ import pytest
 from eosflow.kafka_admin import ensure_topic
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
-from eosflow.stack import jars
 
 pytestmark = pytest.mark.integration
 
 
-def test_spark_reads_exactly_the_committed_records(running_stack, topic_name):
+def test_spark_reads_exactly_the_committed_records(running_stack, spark, topic_name):
     s = running_stack
     ensure_topic(s.bootstrap_servers, topic_name, 3, log=lambda m: None)
     producer = EventProducer(
@@ -28,29 +27,19 @@ def test_spark_reads_exactly_the_committed_records(running_stack, topic_name):
     manifest = produce_stream(producer, events.generate(3, 1_200), seed=3)
     assert manifest.counts()["aborted"] > 0
 
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("connector-check")
-        .config("spark.jars", ",".join(str(j) for j in jars.spark_jars(s)))
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
+    # The session every test shares (made as the job makes it, with the stack's jars): a session of
+    # this test's own would be the shared one anyway (getOrCreate), and stopping it broke later tests.
+    rows = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", s.bootstrap_servers)
+        .option("subscribe", topic_name)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .selectExpr("partition", "offset", "get_json_object(cast(value as string), '$.event_id') id")
+        .collect()
     )
-    try:
-        rows = (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", s.bootstrap_servers)
-            .option("subscribe", topic_name)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .option("kafka.isolation.level", "read_committed")
-            .load()
-            .selectExpr("partition", "offset", "get_json_object(cast(value as string), '$.event_id') id")
-            .collect()
-        )
-    finally:
-        spark.stop()
     assert sorted((r.partition, r.offset, r.id) for r in rows) == sorted(
         (r.partition, r.offset, r.event_id) for r in manifest.visible()
     )
