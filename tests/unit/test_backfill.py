@@ -74,3 +74,10 @@ def test_partitions_text_and_chunking():
         OffsetRange("t", 0, 2, 4),
         OffsetRange("t", 0, 4, 5),
     ]
+
+
+def test_more_chunks_than_the_orchestrator_can_map_is_refused_with_a_chunk_size_that_fits():
+    req = BackfillRequest("orders", "catch-up", (0,), None, None, chunk_size=10)  # 40 chunks of [600, 1000)
+    with pytest.raises(BackfillError, match=r"40 chunks.*at most 16.*chunk_size of at least 25"):
+        validate(req, "t", KAFKA, POSITIONS, COMMITTED, max_chunks=16)
+    assert len(validate(req, "t", KAFKA, POSITIONS, COMMITTED, max_chunks=40)) == 40

@@ -4,6 +4,7 @@ from eosflow.ingest.planner import (
     DataLossError,
     PartitionOffsets,
     PositionBeyondLogError,
+    TopicRecreatedError,
     plan_partitions,
 )
 from eosflow.ingest.ranges import OffsetRange, Plan
@@ -72,3 +73,13 @@ def test_ranges_reject_nonsense_and_spark_offsets_skip_empty_ranges():
         OffsetRange("t", 0, 10, 5)
     plan = Plan("p:r", "p", "r", tuple(_plan({0: PartitionOffsets(0, 10), 1: PartitionOffsets(0, 0)}, {})))
     assert plan.spark_offsets() == ('{"t": {"0": 0}}', '{"t": {"0": 10}}')
+
+
+def test_a_topic_re_created_under_the_same_name_is_refused_naming_both_ids():
+    kafka = {0: PartitionOffsets(0, 500), 1: PartitionOffsets(0, 500)}
+    with pytest.raises(TopicRecreatedError) as err:
+        plan_partitions("p", "t", kafka, {0: 100, 1: 100}, 1000, topic_id="NEW", stored_topic_ids={0: "OLD"})
+    assert "'t'" in str(err.value) and "OLD" in str(err.value) and "NEW" in str(err.value)
+    # Positions stored before ids were kept (None) are adopted by the next commit, not refused.
+    plans = plan_partitions("p", "t", kafka, {0: 100}, 1000, topic_id="NEW", stored_topic_ids={0: None})
+    assert [p.topic_id for p in plans] == ["NEW", "NEW"]

@@ -55,10 +55,12 @@ def validate(
     kafka: Mapping[int, PartitionOffsets],
     positions: Mapping[int, int | None],
     committed: Mapping[int, tuple[int, int]],
+    max_chunks: int | None = None,
 ) -> list[OffsetRange]:
     """The chunks to run, ordered by partition then offset; or BackfillError naming every problem.
 
     committed[p] = (first committed start, stored position) for partitions with committed data.
+    max_chunks: how many chunks the runner can take (Airflow maps at most core.max_map_length tasks).
     """
     if request.mode not in MODES:
         raise BackfillError(f"mode must be one of {', '.join(MODES)}; got {request.mode!r}")
@@ -97,7 +99,21 @@ def validate(
         raise BackfillError(
             f"backfill of {request.pipeline}: the requested range is empty in every partition"
         )
-    return [c for r in ranges for c in chunk(r, request.chunk_size)]
+    chunks = [c for r in ranges for c in chunk(r, request.chunk_size)]
+    if max_chunks is not None and len(chunks) > max_chunks:
+        # Each partition's range gets an equal share of the chunks; the widest decides the size.
+        share = max_chunks // len(ranges)
+        fits = (
+            f"a chunk_size of at least {max(-(-r.span // share) for r in ranges):,}, or fewer partitions"
+            if share
+            else "fewer partitions per backfill"
+        )
+        raise BackfillError(
+            f"backfill of {request.pipeline} refused, nothing was run: {len(chunks)} chunks of "
+            f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
+            f"(Airflow's core.max_map_length); use {fits}"
+        )
+    return chunks
 
 
 def chunk(r: OffsetRange, size: int) -> list[OffsetRange]:

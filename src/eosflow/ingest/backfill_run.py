@@ -8,11 +8,12 @@ from datetime import datetime
 
 import psycopg
 
-from eosflow.ingest import job, pipelines, store
+from eosflow.ingest import pipelines, store
 from eosflow.ingest.backfill import BackfillError, BackfillRequest, validate
-from eosflow.ingest.kafka_offsets import TopicMissingError, offsets_for_time, partition_offsets
+from eosflow.ingest.kafka_offsets import TopicMissingError, offsets_for_time, partition_offsets, topic_id
 from eosflow.ingest.pipelines import InitialOffset
-from eosflow.ingest.ranges import OffsetRange
+from eosflow.ingest.planner import PartitionOffsets, TopicRecreatedError, check_topic_identity
+from eosflow.ingest.ranges import OffsetRange, PartitionPlan
 from eosflow.ingest.summary import RunSummary
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
@@ -29,22 +30,28 @@ def _epoch_ms(text: str, name: str) -> int:
 
 
 def resolve(
-    settings: Settings, request: BackfillRequest, from_time: str | None = None, to_time: str | None = None
+    settings: Settings,
+    request: BackfillRequest,
+    from_time: str | None = None,
+    to_time: str | None = None,
+    max_chunks: int | None = None,
 ) -> list[OffsetRange]:
-    """The validated chunks of a request, in the order they must commit. Raises BackfillError."""
+    """The validated chunks of a request, in the order they must commit. Raises BackfillError.
+
+    max_chunks: the most chunks the runner takes (the backfill DAG: Airflow's core.max_map_length).
+    """
     if (from_time or to_time) and (request.from_offset is not None or request.to_offset is not None):
         raise BackfillError("give offsets or times, not both")
     try:
         pipeline = pipelines.load(settings, request.pipeline)
-        kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, InitialOffset("earliest"))
-    except (pipelines.PipelineConfigError, TopicMissingError) as exc:
+    except pipelines.PipelineConfigError as exc:
         raise BackfillError(str(exc)) from None
     migrate(settings.warehouse_dsn, log=lambda m: None)
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        positions = store.positions(conn, pipeline.name, pipeline.topic)
-        committed = store.committed_span(conn, pipeline.name, pipeline.topic)
+        facts = _Facts.read(settings, conn, pipeline)
+    kafka, positions, committed = facts.kafka, facts.positions, facts.committed
     if not (from_time or to_time):
-        return validate(request, pipeline.topic, kafka, positions, committed)
+        return validate(request, pipeline.topic, kafka, positions, committed, max_chunks)
 
     # Times map to different offsets in each partition: validate partition by partition.
     chosen = request.partitions if request.partitions is not None else tuple(sorted(kafka))
@@ -78,7 +85,80 @@ def resolve(
         raise BackfillError(
             f"backfill of {request.pipeline} refused, nothing was run: " + "; ".join(problems)
         )
+    if max_chunks is not None and len(chunks) > max_chunks:
+        raise BackfillError(
+            f"backfill of {request.pipeline} refused, nothing was run: {len(chunks)} chunks of "
+            f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
+            "(Airflow's core.max_map_length); use a larger chunk_size, or fewer partitions"
+        )
     return chunks
+
+
+class _Facts:
+    """What Kafka and the warehouse say about a pipeline's topic, as a backfill is validated against."""
+
+    def __init__(
+        self,
+        kafka: dict[int, PartitionOffsets],
+        positions: dict[int, int | None],
+        committed: dict[int, tuple[int, int]],
+        topic_id: str,
+    ) -> None:
+        self.kafka, self.positions, self.committed, self.topic_id = kafka, positions, committed, topic_id
+
+    @classmethod
+    def read(cls, settings: Settings, conn: psycopg.Connection, pipeline: pipelines.Pipeline) -> _Facts:
+        """Raises BackfillError for a missing or re-created topic: nothing can be backfilled then."""
+        try:
+            current = topic_id(settings.bootstrap_servers, pipeline.topic)
+            kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, InitialOffset("earliest"))
+            check_topic_identity(
+                pipeline.name,
+                pipeline.topic,
+                current,
+                store.stored_topic_ids(conn, pipeline.name, pipeline.topic),
+            )
+        except (TopicMissingError, TopicRecreatedError) as exc:
+            raise BackfillError(str(exc)) from None
+        return cls(
+            kafka,
+            store.positions(conn, pipeline.name, pipeline.topic),
+            store.committed_span(conn, pipeline.name, pipeline.topic),
+            current,
+        )
+
+
+def plan_chunk(
+    settings: Settings, conn: psycopg.Connection, pipeline: pipelines.Pipeline, chunk: OffsetRange, kind: str
+) -> PartitionPlan:
+    """Validate one chunk exactly as a backfill request of that range would be, now; its PartitionPlan.
+
+    Every way a chunk reaches the job (the backfill DAG's mapped tasks, `eosflow ingest --range`)
+    goes through here, so no chunk can skip the rules: a catch-up chunk starts at the stored position
+    (or, for a partition never committed, at the log start: a history never starts in the middle),
+    a replay re-reads committed offsets only, and the chunk is of the pipeline's own topic.
+    """
+    if chunk.topic not in pipeline.topics:
+        raise BackfillError(
+            f"{chunk} is not of pipeline {pipeline.name!r}, which reads {', '.join(pipeline.topics)}; "
+            "nothing was run"
+        )
+    facts = _Facts.read(settings, conn, pipeline)
+    request = BackfillRequest(
+        pipeline.name, kind, (chunk.partition,), chunk.start, chunk.end, chunk_size=max(chunk.span, 1)
+    )
+    if validate(request, chunk.topic, facts.kafka, facts.positions, facts.committed) != [chunk]:
+        raise BackfillError(f"{chunk} does not validate as one chunk of a {kind}; nothing was run")
+    if kind == "replay":
+        return PartitionPlan(
+            chunk,
+            first_seen=False,
+            topic_id=facts.topic_id,
+            replays=store.replays(conn, pipeline.name, chunk.topic, chunk.partition),
+        )
+    return PartitionPlan(
+        chunk, first_seen=facts.positions.get(chunk.partition) is None, topic_id=facts.topic_id
+    )
 
 
 def run(
@@ -89,6 +169,8 @@ def run(
     log: Callable[[str], None] = print,
 ) -> list[RunSummary]:
     """Run the chunks in order; stop at the first that does not commit."""
+    from eosflow.ingest import job  # job validates each chunk through plan_chunk above
+
     done: list[RunSummary] = []
     for i, chunk in enumerate(chunks, 1):
         log(f"chunk {i}/{len(chunks)}: {request.mode} {chunk}")

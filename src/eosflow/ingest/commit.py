@@ -10,7 +10,8 @@ matches the stored positions (stale plan, zombie, concurrent run) is fenced and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -18,7 +19,8 @@ from psycopg import sql
 
 from eosflow.faults import fault_point
 from eosflow.ingest.pipelines import Pipeline
-from eosflow.ingest.ranges import OffsetRange, Plan
+from eosflow.ingest.planner import TopicRecreatedError
+from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan
 from eosflow.ingest.store import staging_table
 
 COMMITTED = "committed"
@@ -33,6 +35,10 @@ class StagingIncompleteError(RuntimeError):
     """The staged rows do not add up to what was read; nothing was written."""
 
 
+class ReplayCountError(RuntimeError):
+    """A replay re-read another number of records than is committed for its range; nothing was written."""
+
+
 @dataclass(frozen=True)
 class PartitionCounts:
     read: int  # records Spark read in the planned range
@@ -43,14 +49,30 @@ class PartitionCounts:
 Key = tuple[str, int]  # (topic, partition)
 
 
+@dataclass(frozen=True)
+class Locked:
+    """A partition's position row, as the commit sees it under lock."""
+
+    next_offset: int | None
+    topic_id: str | None
+    replays: int
+
+
 def commit(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts."""
-    if pipeline.delivery == "at_least_once":
-        return _commit_output_then_positions(conn, pipeline, plan, records_read)
-    if pipeline.delivery == "at_most_once":
-        return _commit_positions_then_output(conn, pipeline, plan, records_read)
+    with _staging_dropped_on_refusal(conn, plan):
+        if pipeline.delivery == "at_least_once":
+            return _commit_output_then_positions(conn, pipeline, plan, records_read)
+        if pipeline.delivery == "at_most_once":
+            return _commit_positions_then_output(conn, pipeline, plan, records_read)
+        return _commit_exactly_once(conn, pipeline, plan, records_read)
+
+
+def _commit_exactly_once(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
         locked = _lock_positions(conn, plan)
@@ -119,31 +141,53 @@ def _advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, Partitio
         if not r.empty or part.first_seen:
             # An empty first range still goes in: it fixes where the partition's history starts.
             _ledger(conn, plan, r, "data", counts[key])
+        if not r.empty or part.first_seen or part.lost is not None:
+            # A loss that emptied the partition moves the position too, to the end of the lost range.
             conn.execute(
-                "update eosflow.positions set next_offset = %s, updated_at = now() "
-                "where pipeline = %s and topic = %s and partition = %s",
-                (r.end, plan.pipeline, r.topic, r.partition),
+                "update eosflow.positions set next_offset = %s, topic_id = coalesce(%s, topic_id), "
+                "updated_at = now() where pipeline = %s and topic = %s and partition = %s",
+                (r.end, part.topic_id, plan.pipeline, r.topic, r.partition),
             )
 
 
-def _lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, int | None]:
+def _lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, Locked]:
     # Partition order everywhere, so two commits of one pipeline can never deadlock.
     rows = conn.execute(
-        "select topic, partition, next_offset from eosflow.positions "
+        "select topic, partition, next_offset, topic_id, replays from eosflow.positions "
         "where pipeline = %s and (topic, partition) in (select * from unnest(%s::text[], %s::int[])) "
         "order by topic, partition for update",
         (plan.pipeline, [r.topic for r in plan.ranges], [r.partition for r in plan.ranges]),
     ).fetchall()
-    return {(topic, partition): next_offset for topic, partition, next_offset in rows}
+    return {(topic, partition): Locked(offset, tid, n) for topic, partition, offset, tid, n in rows}
 
 
-def _check_fencing(plan: Plan, locked: Mapping[Key, int | None]) -> None:
+def _check_topic_identity(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    for part in plan.partitions:
+        stored = locked.get((part.range.topic, part.range.partition))
+        if stored and stored.topic_id and part.topic_id and stored.topic_id != part.topic_id:
+            raise TopicRecreatedError(plan.pipeline, part.range.topic, stored.topic_id, part.topic_id)
+
+
+def _expected_position(part: PartitionPlan) -> int | None:
+    """Where the stored position must be for this part to commit: its start, or none at all.
+
+    Only a partition's first range commits onto no position, and the planner makes a first range
+    start where the partition's history may start (the log start or the initial policy), never in
+    the middle of a catch-up.
+    """
+    if part.first_seen:
+        return None
+    return part.lost.start if part.lost else part.range.start
+
+
+def _check_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    _check_topic_identity(plan, locked)
     moved = []
     for part in plan.partitions:
         key = (part.range.topic, part.range.partition)
-        expected = None if part.first_seen else (part.lost.start if part.lost else part.range.start)
-        if key not in locked or locked[key] != expected:
-            found = locked.get(key, "no position row")
+        expected = _expected_position(part)
+        if key not in locked or locked[key].next_offset != expected:
+            found = locked[key].next_offset if key in locked else "no position row"
             moved.append(
                 f"{part.range.topic}[{part.range.partition}] planned from {expected}, position is now {found}"
             )
@@ -269,22 +313,27 @@ def commit_replay(
     """Replace the rows of already committed ranges with their re-read versions; positions stay.
 
     The position rows are locked as in a normal commit, so a replay and a normal run of the same
-    partition never interleave their commits.
+    partition never interleave their commits; a replay committed since this one was planned fences
+    it. The re-read must hold exactly as many records as are committed in the range (a compacted or
+    truncated topic gives back fewer): otherwise nothing is written.
     """
     stage = sql.SQL(staging_table(plan.batch_id))
     target = sql.SQL(pipeline.target_table)
-    with conn.transaction():
+    with _staging_dropped_on_refusal(conn, plan), conn.transaction():
         locked = _lock_positions(conn, plan)
         if _already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
-        beyond = [str(r) for r in plan.ranges if (locked.get((r.topic, r.partition)) or 0) < r.end]
+        _check_topic_identity(plan, locked)
+        beyond = [str(r) for r in plan.ranges if (locked[(r.topic, r.partition)].next_offset or 0) < r.end]
         if beyond:
             raise ReplayOutsideCommittedError(
                 f"replay {plan.batch_id}: {', '.join(beyond)} reaches past the committed position; "
                 "nothing was written. Replay only committed offsets, or catch up first."
             )
+        _check_replay_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _check_replay_counts(conn, pipeline, plan, counts)
         for r in plan.ranges:
             where = (r.topic, r.partition, r.start, r.end)
             conn.execute(
@@ -300,10 +349,75 @@ def commit_replay(
                 (pipeline.name, *where),
             )
             _ledger(conn, plan, r, "replay", counts[(r.topic, r.partition)])
+            conn.execute(
+                "update eosflow.positions set replays = replays + 1, updated_at = now() "
+                "where pipeline = %s and topic = %s and partition = %s",
+                (plan.pipeline, r.topic, r.partition),
+            )
         _publish_staged(conn, pipeline, plan, stage, target)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
+
+
+def _check_replay_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    moved = [
+        f"{p.range.topic}[{p.range.partition}] planned after {p.replays} replay(s), "
+        f"{locked[(p.range.topic, p.range.partition)].replays} are committed now"
+        for p in plan.partitions
+        if p.replays is not None and locked[(p.range.topic, p.range.partition)].replays != p.replays
+    ]
+    if moved:
+        raise FencedError(
+            f"replay {plan.batch_id} is fenced: another replay of these partitions committed since it was "
+            f"planned ({'; '.join(moved)}). Nothing was written. Start a new run (new run id) if the range "
+            "still needs replaying."
+        )
+
+
+def _check_replay_counts(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, counts: Mapping[Key, PartitionCounts]
+) -> None:
+    """The re-read of each range must hold as many records as the rows committed for it.
+
+    By I3 and I4, the output and rejected rows inside a range are exactly the records its ledger
+    ranges counted, so comparing with the rows also works for a replay that cuts through ranges.
+    """
+    wrong = []
+    for r in plan.ranges:
+        bounds = (r.topic, r.partition, r.start, r.end)
+        (committed,) = conn.execute(
+            sql.SQL(
+                "select (select count(*) from {} where kafka_topic = %s and kafka_partition = %s "
+                "and kafka_offset >= %s and kafka_offset < %s) + (select count(*) from eosflow.rejected "
+                "where pipeline = %s and kafka_topic = %s and kafka_partition = %s "
+                "and kafka_offset >= %s and kafka_offset < %s)"
+            ).format(sql.SQL(pipeline.target_table)),
+            (*bounds, pipeline.name, *bounds),
+        ).fetchone()
+        read = counts[(r.topic, r.partition)].read
+        if read != committed:
+            wrong.append(f"{r}: re-read {read:,} records, {committed:,} are committed")
+    if wrong:
+        raise ReplayCountError(
+            f"replay {plan.batch_id} refused: {'; '.join(wrong)}. Nothing was written: replacing the rows "
+            "would lose or invent records. Kafka no longer holds the committed records of the range as "
+            "they were (a compacted topic, or records deleted); replay a range Kafka still holds whole."
+        )
+
+
+@contextmanager
+def _staging_dropped_on_refusal(conn: psycopg.Connection, plan: Plan) -> Iterator[None]:
+    """A batch that cannot commit (fenced, refused) leaves no staging behind; a retry re-stages anyway."""
+    try:
+        yield
+    except (FencedError, ReplayCountError, ReplayOutsideCommittedError, TopicRecreatedError):
+        try:
+            with conn.transaction():
+                _clear_staging(conn, sql.SQL(staging_table(plan.batch_id)), plan.batch_id)
+        except psycopg.Error:
+            pass  # the sweep of a later run drops it (eosflow.ingest.store.sweep_staging)
+        raise
 
 
 def _already_committed(conn: psycopg.Connection, batch_id: str) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eosflow.ingest.pipelines import InitialOffset
@@ -66,3 +66,18 @@ def offsets_for_time(
     )
     found = {tp.partition: fut.result().offset for tp, fut in futures.items()}
     return {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}
+
+
+def topic_id(bootstrap: str, topic: str, timeout: float = 30.0) -> str:
+    """Kafka's id of the topic (22 characters, as Kafka prints it): a re-created topic gets a new one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
+    except KafkaException as exc:
+        if exc.args[0].code() == 3:  # UNKNOWN_TOPIC_OR_PART
+            raise TopicMissingError(
+                f"topic {topic!r} does not exist on {bootstrap}; create it (eosflow produce creates it) "
+                "or fix the pipeline's topics"
+            ) from None
+        raise RuntimeError(f"could not describe topic {topic}: {exc.args[0].str()}") from exc
+    return str(described.topic_id)

@@ -50,6 +50,8 @@ class PartitionPlan:
     first_seen: bool  # no position stored before: the run establishes one
     lost: OffsetRange | None = None  # acknowledged data loss just before range.start
     lag_after: int = 0  # records (offsets) still left after range.end at planning time
+    topic_id: str | None = None  # Kafka's id of the topic when planned: the commit refuses another
+    replays: int | None = None  # a replay: the partition's committed replays when planned (fencing)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,8 @@ class PartitionPlan:
             "first_seen": self.first_seen,
             "lost": self.lost.to_json() if self.lost else None,
             "lag_after": self.lag_after,
+            "topic_id": self.topic_id,
+            "replays": self.replays,
         }
 
     @classmethod
@@ -67,6 +71,8 @@ class PartitionPlan:
             bool(body["first_seen"]),
             lost,
             int(body.get("lag_after", 0)),
+            body.get("topic_id"),
+            body.get("replays"),
         )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -18,6 +20,24 @@ def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, 
         (pipeline, topic),
     ).fetchall()
     return {partition: next_offset for partition, next_offset in rows}
+
+
+def stored_topic_ids(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, str | None]:
+    """partition -> Kafka's id of the topic its position counts in (None: not known yet)."""
+    rows = conn.execute(
+        "select partition, topic_id from eosflow.positions where pipeline = %s and topic = %s",
+        (pipeline, topic),
+    ).fetchall()
+    return {partition: topic_id for partition, topic_id in rows}
+
+
+def replays(conn: psycopg.Connection, pipeline: str, topic: str, partition: int) -> int:
+    """How many replays of the partition have committed: a replay plan records it to be fenced on."""
+    row = conn.execute(
+        "select replays from eosflow.positions where pipeline = %s and topic = %s and partition = %s",
+        (pipeline, topic, partition),
+    ).fetchone()
+    return row[0] if row else 0
 
 
 def committed_span(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, tuple[int, int]]:
@@ -99,9 +119,61 @@ def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) 
             sql.SQL("comment on table {} is {}").format(
                 table, sql.Literal(f"eosflow staging of batch {batch_id} for {pipeline.target_table}")
             )
-        )
+        )  # sweep_staging reads the batch id back from this comment
         conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
     return name
+
+
+# A batch's staging outlives it only when its run died before the commit (a kill, a lost machine):
+# a retry with the same run id re-stages anyway, so after this long nobody will commit it.
+STAGING_TTL_HOURS = 24
+_STAGING_COMMENT = re.compile(r"eosflow staging of batch (.*) for [a-z0-9_]+\.[a-z0-9_]+", re.S)
+
+
+def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda m: None) -> list[str]:
+    """Drop staging left by batches that can no longer commit; returns the batch ids swept.
+
+    A batch's staging goes when its plan is committed (a run killed after its commit), or was made
+    more than STAGING_TTL_HOURS ago and never committed. A table some run still holds is skipped.
+    """
+    tables = conn.execute(
+        "select c.relname, obj_description(c.oid, 'pg_class') from pg_class c "
+        "join pg_namespace n on n.oid = c.relnamespace "
+        "where n.nspname = 'staging' and c.relname like 'batch\\_%%' and c.relkind = 'r'"
+    ).fetchall()
+    staged = {
+        name: found.group(1)
+        for name, comment in tables
+        if (found := _STAGING_COMMENT.fullmatch(comment or ""))
+    }
+    rejected = [r[0] for r in conn.execute("select distinct batch_id from staging.rejected").fetchall()]
+    batches = sorted(set(staged.values()) | set(rejected))
+    if not batches:
+        return []
+    stale = {
+        row[0]
+        for row in conn.execute(
+            "select b from unnest(%s::text[]) b left join eosflow.plans p on p.batch_id = b "
+            "where p.batch_id is null or p.status = 'committed' "
+            "or p.created_at < now() - make_interval(hours => %s)",
+            (batches, STAGING_TTL_HOURS),
+        ).fetchall()
+    }
+    swept = []
+    for batch_id in sorted(stale):
+        try:
+            with conn.transaction():
+                conn.execute("set local lock_timeout = '200ms'")
+                for name, owner in staged.items():
+                    if owner == batch_id:
+                        conn.execute(sql.SQL("drop table if exists staging.{}").format(sql.Identifier(name)))
+                conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+        except psycopg.errors.LockNotAvailable:
+            continue  # a run is still using it; the next sweep will see
+        swept.append(batch_id)
+    if swept:
+        log(f"dropped the staging of {len(swept)} batch(es) that can no longer commit: {', '.join(swept)}")
+    return swept
 
 
 def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
