@@ -157,9 +157,18 @@ def test_max_value_bytes_must_be_positive():
 _CANDIDATES: dict[str, list[object]] = {
     "event_id": [GOOD["event_id"], GOOD["event_id"].upper(), "x", 7, None, [GOOD["event_id"]]],
     "event_type": ["order_paid", "order_refunded", "", 5, True, None, {"t": "order_paid"}],
-    "event_time": ["2026-01-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-01-01", 1.5, None, "+19:00"],
-    "order_id": ["ord-1", "", 42, None, ["ord-1"]],
-    "customer_id": ["cus-1", {"id": 1}, None, 0],
+    "event_time": [
+        "2026-01-01T00:00:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-01-01",
+        1.5,
+        None,
+        "+19:00",
+        "0001-01-01T00:00:00+00:01",
+        "9999-12-31T23:59:59-00:01",
+    ],
+    "order_id": ["ord-1", "", 42, None, ["ord-1"], "o\x00"],
+    "customer_id": ["cus-1", {"id": 1}, None, 0, "\x00"],
     "amount_cents": [1250, 0, -5, 2**63 - 1, 2**63, 12.0, "12", True, None],
     "currency": ["EUR", "eur", "EURO", "EUR\n", 3, None],
     "schema_version": [1, 2, 0, 1.0, "1", True, None],
@@ -186,3 +195,110 @@ def test_the_fast_path_accepts_exactly_what_the_ordered_rules_accept():
         outcomes.add(error.split(":")[0] if error else "valid")
     # The fuzz reached every kind of outcome, so the equivalence above was tested on each.
     assert outcomes == {"valid", "missing field", "mistyped field", "invalid value"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"order_id": "ord-\x00"}, "invalid value: order_id (holds a NUL character"),
+        ({"customer_id": "\x00"}, "invalid value: customer_id (holds a NUL character"),
+        ({"event_time": "0001-01-01T00:00:00+00:01"}, "invalid value: event_time (before 0001-01-01"),
+        ({"event_time": "9999-12-31T23:59:59-00:01"}, "invalid value: event_time (before 0001-01-01"),
+    ],
+)
+def test_values_postgres_cannot_store_are_invalid(changes, error):
+    found, typed = check_value(value(**changes), 4096)
+    assert typed is None and found.startswith(error), found
+
+
+@pytest.mark.parametrize(
+    "event_time", ["0001-01-01T00:00:00Z", "0001-01-01T00:00:00-05:00", "9999-12-31T23:59:59+05:00"]
+)
+def test_instants_that_stay_inside_years_1_to_9999_in_utc_are_valid(event_time):
+    assert check_value(value(event_time=event_time), 4096)[0] is None
+
+
+def test_a_nul_in_the_key_or_a_header_rejects_a_valid_record_and_only_that():
+    batch = _kafka_batch(
+        [value()] * 5 + [None], [b"k", b"k\x00", (7).to_bytes(4, "big"), b"k", b"k", b"\x00"]
+    )
+    headers = [
+        "[]",
+        "[]",
+        "[]",
+        '[{"key":"trace","value":"a\\u0000b"}]',  # a NUL, escaped in the JSON Spark writes
+        '[{"key":"h","value":"back\\\\u0000slash"}]',  # a backslash, then u0000: no NUL
+        "[]",
+    ]
+    batch = batch.set_column(6, "kafka_headers", pa.array(headers, pa.string()))
+    errors = BatchCheck("p", "b", "v", 4096)(batch).column("error").to_pylist()
+    assert errors[0] is None and errors[4] is None
+    assert errors[1].startswith("invalid key: holds a NUL") and errors[2] == errors[1]
+    assert errors[3] == "invalid header: trace holds a NUL character, which Postgres jsonb cannot store"
+    assert errors[5] == "null value"  # the value's own check comes first
+
+
+def test_a_header_name_holding_a_nul_is_named_with_a_question_mark():
+    batch = _kafka_batch([value()], [b"k"])
+    batch = batch.set_column(6, "kafka_headers", pa.array(['[{"key":"a\\u0000b","value":null}]']))
+    (error,) = BatchCheck("p", "b", "v", 4096)(batch).column("error").to_pylist()
+    assert error == "invalid header: a?b holds a NUL character, which Postgres jsonb cannot store"
+
+
+def test_what_only_looks_like_a_nul_in_a_key_is_kept_as_text():
+    # C0 80 is NUL's overlong form (Java's modified UTF-8): invalid, so U+FFFD twice, never a NUL.
+    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([value()] * 2, [b"\xc0\x80", b"k\\u0000"]))
+    assert checked.column("error").to_pylist() == [None, None]
+    assert checked.column("kafka_key").to_pylist() == ["\ufffd\ufffd", "k\\u0000"]
+
+
+def test_a_record_the_kafka_columns_reject_has_no_typed_fields_like_every_rejected_row():
+    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([value(), value()], [b"k", b"\x00"]))
+    assert checked.column("error").to_pylist()[0] is None
+    assert checked.column("event_id").to_pylist() == [GOOD["event_id"], None]
+    assert checked.column("amount_cents").to_pylist() == [GOOD["amount_cents"], None]
+
+
+_FIRST_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
+_LAST_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+
+
+def _with_timestamps(batch: pa.RecordBatch, micros: list[int | None]) -> pa.RecordBatch:
+    # As Spark hands them over: microseconds, with the session's zone.
+    stamps = pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    return batch.set_column(batch.schema.get_field_index("timestamp"), "timestamp", stamps)
+
+
+def test_kafka_timestamps_in_years_1_to_9999_are_kept_exactly():
+    micros = [_FIRST_US, _LAST_US, 0, -1, None]
+    checked = BatchCheck("p", "b", "v", 4096)(
+        _with_timestamps(_kafka_batch([value()] * 5, [b"k"] * 5), micros)
+    )
+    assert checked.column("error").to_pylist() == [None] * 5
+    assert checked.column("kafka_timestamp").cast(pa.int64()).to_pylist() == micros
+
+
+@pytest.mark.parametrize(
+    ("micros", "message"),
+    [
+        (_LAST_US + 1, "invalid timestamp: 253402300800000 ms since 1970-01-01 is after 9999-12-31 in UTC"),
+        (  # a producer that wrote microseconds: Arrow's CSV writer cannot even write year 57970
+            1_767_225_600_123_456_000,
+            "invalid timestamp: 1767225600123456 ms since 1970-01-01 is after 9999-12-31 in UTC",
+        ),
+        (2**63 - 1, "invalid timestamp: 9223372036854775 ms since 1970-01-01 is after 9999-12-31 in UTC"),
+        (_FIRST_US - 1, "invalid timestamp: -62135596800001 ms since 1970-01-01 is before 0001-01-01 in UTC"),
+        (-(2**63), "invalid timestamp: -9223372036854776 ms since 1970-01-01 is before 0001-01-01 in UTC"),
+    ],
+)
+def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not_kept(micros, message):
+    # Every kind of record: valid, a bad value, a NUL key; the timestamp's reason wins for each.
+    values, keys = [value(), None, b"{}", value()], [b"k", b"k", b"k", b"\x00"]
+    batch = _with_timestamps(_kafka_batch(values + [value()], keys + [b"k"]), [micros] * 4 + [0])
+    checked = BatchCheck("p", "b", "v", 4096)(batch)
+    message += " (kafka_timestamp is NULL)"
+    assert checked.column("error").to_pylist() == [message] * 4 + [None]
+    assert checked.column("kafka_timestamp").cast(pa.int64()).to_pylist() == [None] * 4 + [0]
+    assert checked.column("event_id").to_pylist() == [None] * 4 + [GOOD["event_id"]]
+    assert checked.column("raw_value").to_pylist() == values + [value()]  # the bytes stay as read
+    assert checked.column("raw_key").to_pylist() == keys + [b"k"]

@@ -122,18 +122,18 @@ def _invalid(id_: str, name: str, token: object) -> Case:
 
 
 RULE_CASES = [
-    # 1. null value
+    # 2. null value
     Case("null-value", None, "null value"),
-    # 2. oversized
+    # 3. oversized
     Case("oversized-json", padded(MAX_VALUE_BYTES + 1), f"oversized: 513 bytes > {MAX_VALUE_BYTES}"),
     Case("oversized-text", b"x" * 5000, f"oversized: 5000 bytes > {MAX_VALUE_BYTES}"),
-    # 3. not UTF-8
+    # 4. not UTF-8
     Case("utf8-stray-byte", event().replace(b"ord-", b"ord-\xff"), "not UTF-8"),
     Case("utf8-truncated-sequence", event().replace(b"ord-", b"ord-\xc3"), "not UTF-8"),
     Case("utf8-encoded-surrogate", event().replace(b"ord-", b"ord-\xed\xa0\x80"), "not UTF-8"),
     Case("utf8-overlong", event().replace(b"ord-", b"ord\xc0\xad"), "not UTF-8"),
     Case("utf8-latin1", event().replace(b"cus-", "cús-".encode("latin-1")), "not UTF-8"),
-    # 4. not JSON
+    # 5. not JSON
     Case("json-malformed", b'{"event_id": ', "not JSON"),
     Case("json-empty", b"", "not JSON"),
     Case("json-blank", b" \n\t", "not JSON"),
@@ -155,12 +155,12 @@ RULE_CASES = [
     Case("json-trailing-bracket", event() + b"]", "not JSON"),
     Case("json-trailing-brace", event() + b"}", "not JSON"),
     Case("json-trailing-comma-value", event() + b',{"a":1}', "not JSON"),
-    # 5. missing field (absent, or JSON null)
+    # 6. missing field (absent, or JSON null)
     *[_missing(name) for name in FIELDS],
     Case("null-event_id", event(event_id=None), "missing field: event_id"),
     Case("null-amount_cents", event(amount_cents=None), "missing field: amount_cents"),
     Case("null-schema_version", event(schema_version=None), "missing field: schema_version"),
-    # 6. mistyped field: strict JSON types, no coercion
+    # 7. mistyped field: strict JSON types, no coercion
     _mistyped("event_id-number", "event_id", 123),
     _mistyped("event_id-not-uuid", "event_id", "not-a-uuid"),
     _mistyped("event_id-upper-case", "event_id", EVENT_ID.upper()),
@@ -189,7 +189,7 @@ RULE_CASES = [
     _mistyped("currency-array", "currency", ["EUR"]),
     _mistyped("schema_version-string", "schema_version", "1"),
     _mistyped("schema_version-decimal", "schema_version", Raw("1.0")),
-    # 7. invalid value
+    # 8. invalid value
     _invalid("event_type-unknown", "event_type", "order_refunded"),
     _invalid("event_type-upper-case", "event_type", "ORDER_PAID"),
     _invalid("event_type-empty", "event_type", ""),
@@ -202,10 +202,29 @@ RULE_CASES = [
     _invalid("currency-non-ascii", "currency", "ÉUR"),
     _invalid("schema_version-2", "schema_version", 2),
     _invalid("schema_version-0", "schema_version", 0),
+    # ... among them what Postgres cannot store
+    _invalid("order_id-nul", "order_id", "ord-\x00"),
+    _invalid("customer_id-nul", "customer_id", "\x00"),
+    _invalid("event_time-year-0-in-utc", "event_time", "0001-01-01T00:00:00+00:01"),
+    _invalid("event_time-year-10000-in-utc", "event_time", "9999-12-31T23:59:59-00:01"),
+    # 9. invalid key, 10. invalid header (1. invalid timestamp: see the test of Kafka timestamps)
+    Case("key-nul", event(), "invalid key: holds a NUL character", key=b"k\x00"),
+    Case("key-binary-number", event(), "invalid key: holds a NUL character", key=(7).to_bytes(4, "big")),
+    Case("header-value-nul", event(), "invalid header: h holds a NUL", headers=[("h", b"a\x00b")]),
+    Case("header-name-nul", event(), "invalid header: a?b holds a NUL", headers=[("a\x00b", b"v")]),
+    Case("header-value-not-utf8-nul", event(), "invalid header: h holds a NUL", headers=[("h", b"\xff\x00")]),
 ]
 
 ORDER_CASES = [
     Case("null-value-not-json", None, "null value", key=None),
+    Case("value-beats-key", b"{}", "missing field: event_id", key=b"\x00"),
+    Case("key-beats-header", event(), "invalid key", key=b"\x00", headers=[("h", b"\x00")]),
+    Case(
+        "first-nul-header-named",
+        event(),
+        "invalid header: second holds",
+        headers=[("first", b"back\\u0000slash"), ("second", b"\x00"), ("third", b"\x00")],
+    ),
     Case("oversized-beats-utf8", b"\xff" * 600, "oversized: 600 bytes > 512"),
     Case("oversized-beats-json", b"{" * 600, "oversized: 600 bytes > 512"),
     Case("utf8-beats-json", b"\xff not json", "not UTF-8"),
@@ -264,6 +283,19 @@ VALID_CASES = [
     ),
     Case("valid-empty-headers", event(), None, headers=[], check={"kafka_headers": "[]"}),
     Case("valid-key-not-utf8", event(), None, key=b"k\xff", check={"kafka_key": "k\ufffd"}),
+    Case(  # backslash, u, 0, 0, 0, 0: six characters, no NUL
+        "valid-text-like-a-nul-escape",
+        event(order_id="o\\u0000"),
+        None,
+        key=b"k\\u0000",
+        headers=[("h\\u0000", b"\\u0000")],
+        check={
+            "order_id": "o\\u0000",
+            "kafka_key": "k\\u0000",
+            "kafka_headers": '[{"key":"h\\\\u0000","value":"\\\\u0000"}]',
+        },
+    ),
+    Case("valid-overlong-nul-key", event(), None, key=b"\xc0\x80", check={"kafka_key": "\ufffd\ufffd"}),
 ]
 
 ALL_CASES = RULE_CASES + ORDER_CASES + VALID_CASES
@@ -278,6 +310,10 @@ ERROR_SHAPES = [
     r"missing field: (?P<field>\w+)",
     r"mistyped field: (?P<field>\w+) \(expected .+\)",
     r"invalid value: (?P<field>\w+) \(.+\)",
+    r"invalid timestamp: -?\d+ ms since 1970-01-01 is (before 0001-01-01|after 9999-12-31) in UTC "
+    r"\(kafka_timestamp is NULL\)",
+    r"invalid key: holds a NUL character, which Postgres text cannot store \(raw_key keeps the bytes\)",
+    r"invalid header: .* holds a NUL character, which Postgres jsonb cannot store",
 ]
 
 
@@ -561,3 +597,40 @@ def test_transform_starts_no_spark_job(spark: SparkSession) -> None:
 def test_max_value_bytes_must_be_positive(spark: SparkSession) -> None:
     with pytest.raises(ValueError, match="max_value_bytes"):
         transform_orders(spark.createDataFrame([], KAFKA_SCHEMA), **{**ARGS, "max_value_bytes": 0})
+
+
+def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not_kept(
+    spark: SparkSession,
+) -> None:
+    # (case, Kafka's timestamp as Spark's microseconds, the side it is out on; None: kept)
+    cases = [
+        (Case("ts-year-10000", event(), None), 253_402_300_800_000_000, "after 9999-12-31"),
+        (Case("ts-in-microseconds", b"{}", None), 1_767_225_600_123_456_000, "after 9999-12-31"),
+        (Case("ts-year-0", event(), None, key=b"\x00"), -62_135_596_800_000_001, "before 0001-01-01"),
+        (Case("ts-last", event(), None), 253_402_300_799_999_999, None),
+        (Case("ts-first", event(), None), -62_135_596_800_000_000, None),
+    ]
+    rows = []
+    for i, (case, micros, _) in enumerate(cases):  # Python's datetime cannot hold most of these
+        key, value, topic, partition, offset, _, timestamp_type, headers = _record(i, case)
+        rows.append((key, value, topic, partition, offset, micros, timestamp_type, headers))
+    schema = StructType(
+        [StructField("timestamp", LongType()) if f.name == "timestamp" else f for f in KAFKA_SCHEMA.fields]
+    )
+    df = spark.createDataFrame(rows, schema).withColumn("timestamp", F.timestamp_micros("timestamp"))
+    checked = transform_orders(df, **ARGS).checked.select(
+        "kafka_offset", "error", "event_id", F.unix_micros("kafka_timestamp").alias("micros")
+    )
+    by_offset = {r.kafka_offset: r for r in checked.collect()}
+    for i, (_, micros, side) in enumerate(cases):
+        row = by_offset[_coords(i)[1]]
+        if side is None:
+            assert (row.error, row.event_id, row.micros) == (None, EVENT_ID, micros)
+            continue
+        # The timestamp's reason, whatever else is wrong with the record (check 1), and no timestamp.
+        assert row.error == (
+            f"invalid timestamp: {micros // 1000} ms since 1970-01-01 is {side} in UTC "
+            "(kafka_timestamp is NULL)"
+        )
+        assert (row.event_id, row.micros) == (None, None)
+        assert _named_field(row.error) is None

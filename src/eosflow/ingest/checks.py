@@ -5,16 +5,35 @@ Pure Python, no Spark: `check_value` is the rule book for one record; eosflow.in
 already are, in the staging task, instead of as Spark expressions: the strict typing below cost
 Spark about 7 s of two cores per 500k records, Python about 9 us per record (2.3 s of two cores).
 
-Checks, in order; the first one that fails is the row's only error:
+Checks, in order; the first one that fails is the row's only error (1, 9 and 10 look at the
+Kafka columns: eosflow.ingest.transform.BatchCheck checks them, vectorized; 2 to 8 are `check_value`):
 
-1. ``null value``
-2. ``oversized: <n> bytes > <max>``
-3. ``not UTF-8``
-4. ``not JSON`` (malformed, NaN/Infinity, duplicate keys, lone surrogates, trailing content, or
+1. ``invalid timestamp: <ms> ms since 1970-01-01 is before 0001-01-01|after 9999-12-31 in UTC
+   (kafka_timestamp is NULL)``: Kafka's timestamp, outside the years event_time may take (and
+   Arrow's CSV writer cannot even write a year past 32767). No row can keep it, the rejected one
+   included, so this check comes first: its reason is where the timestamp survives. Kafka 4 takes
+   any past timestamp by default, and any future one on a topic that allows it: a producer writing
+   microseconds lands in year 57970. The milliseconds are the ones Spark hands over: its Kafka
+   source shifts instants before 1582-10-15 (Julian to Gregorian), and fails the whole read on
+   one beyond its microsecond range (past about year 294247)
+2. ``null value``
+3. ``oversized: <n> bytes > <max>``
+4. ``not UTF-8``
+5. ``not JSON`` (malformed, NaN/Infinity, duplicate keys, lone surrogates, trailing content, or
    not an object)
-5. ``missing field: <name>`` (absent or JSON null)
-6. ``mistyped field: <name> (expected <type>)``
-7. ``invalid value: <name> (<why>)``
+6. ``missing field: <name>`` (absent or JSON null)
+7. ``mistyped field: <name> (expected <type>)``
+8. ``invalid value: <name> (<why>)``, among them the values Postgres cannot store: a NUL character
+   in text, an instant before 0001-01-01 or after 9999-12-31 in UTC (year 1 with a positive zone
+   offset would be year 0, which Postgres refuses; past 9999 no Python client reads it back)
+9. ``invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the
+   bytes)``: kafka_key is text
+10. ``invalid header: <name> holds a NUL character, which Postgres jsonb cannot store``:
+    kafka_headers is jsonb; a NUL in the name shows as ``?``
+
+A key or header value that is not UTF-8 is not rejected: it lands with U+FFFD in place of each
+invalid sequence (Python's "replace" for the key, Spark's make_valid_utf8 for header values),
+deterministic but not faithful; only a rejected row keeps the key's bytes (raw_key).
 
 Strict typing, no coercion: a JSON integer is not a string "12", 1.5, 1.0, 1e3, true, or an
 integer beyond 64 bits; a string is not a number, an object or an array.
@@ -26,7 +45,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from operator import call
 
 # The producer defines the event contract; the checks here follow it rather than restate it.
@@ -106,6 +125,22 @@ def _event_type(v: str) -> str | None:
     return None if v in _EVENT_TYPES else f"not one of {', '.join(EVENT_TYPES)}"
 
 
+_NUL = "\x00"
+NUL_IN_TEXT = "holds a NUL character, which Postgres text cannot store"
+
+
+def _no_nul(v: str) -> str | None:
+    return NUL_IN_TEXT if _NUL in v else None
+
+
+def _storable_instant(v: datetime) -> str | None:
+    try:
+        v.astimezone(UTC)
+    except OverflowError:
+        return "before 0001-01-01 or after 9999-12-31 in UTC"
+    return None
+
+
 def _amount(v: int) -> str | None:
     return None if v > 0 else f"must be > 0, got {v}"
 
@@ -123,6 +158,9 @@ _RULES: tuple[tuple[str, int, Callable[[object], str | None]], ...] = tuple(
     (name, _INDEX[name], rule)
     for name, rule in (
         ("event_type", _event_type),
+        ("event_time", _storable_instant),
+        ("order_id", _no_nul),
+        ("customer_id", _no_nul),
         ("amount_cents", _amount),
         ("currency", _currency),
         ("schema_version", _schema_version),
@@ -215,9 +253,11 @@ def _valid_fields(doc: dict) -> list | None:
         and event_type in _EVENT_TYPES
         and _CURRENCY.fullmatch(currency)
         and _UUID.fullmatch(event_id)
+        and _NUL not in order_id
+        and _NUL not in customer_id
     ):
         instant = _instant(event_time)
-        if instant is not _BAD:
+        if instant is not _BAD and _storable_instant(instant) is None:
             return [event_id, event_type, instant, order_id, customer_id, amount, currency, version]
     return None
 

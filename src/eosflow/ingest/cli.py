@@ -1,7 +1,8 @@
 """`eosflow ingest` and `spark-submit spark/ingest_job.py`: same arguments, same summary, same exit codes.
 
-Exit codes: 0 committed or already committed; 2 bad configuration or input; 3 fenced by another
-run; 4 data loss not acknowledged; 5 the batch did not add up (nothing committed).
+Exit codes: 0 committed or already committed; 2 bad configuration or input (a refused range, a
+re-created topic); 3 fenced by another run; 4 data loss not acknowledged; 5 the batch did not add
+up (nothing committed).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import sys
 
 from eosflow import settings as settings_mod
 from eosflow.ingest import commit, job, pipelines
+from eosflow.ingest.backfill import BackfillError
 from eosflow.ingest.kafka_offsets import TopicMissingError
-from eosflow.ingest.planner import DataLossError, PositionBeyondLogError
-from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError
+from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
+from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
 
 EXIT = {
     commit.FencedError: 3,
@@ -21,12 +23,23 @@ EXIT = {
     ReadDataLossError: 4,
     commit.StagingIncompleteError: 5,
     commit.ReplayOutsideCommittedError: 5,
+    commit.ReplayCountError: 5,
     ReadOutsidePlanError: 5,
     PositionBeyondLogError: 2,
+    TopicRecreatedError: 2,
+    UnreadableRecordError: 2,
+    BackfillError: 2,
     pipelines.PipelineConfigError: 2,
     TopicMissingError: 2,
 }
-OUTCOME = {commit.FencedError: "fenced", DataLossError: "data loss", ReadDataLossError: "data loss"}
+OUTCOME = {
+    commit.FencedError: "fenced",
+    DataLossError: "data loss",
+    ReadDataLossError: "data loss",
+    BackfillError: "refused",
+    TopicRecreatedError: "refused",
+    commit.ReplayCountError: "refused",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""One ingestion run, step by step as ../shared/DESIGN.md says: plan, read, transform, stage, commit.
+"""One ingestion run, step by step as docs/DESIGN.md says: plan, read, transform, stage, commit.
 
 `run()` is what `eosflow ingest` and the spark-submit entry point (spark/ingest_job.py) both call.
 """
@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 import psycopg
 
 from eosflow.faults import fault_point
+from eosflow.ingest import backfill_run, pipelines, store
 from eosflow.ingest import commit as commit_mod
-from eosflow.ingest import pipelines, store
-from eosflow.ingest.kafka_offsets import partition_offsets
-from eosflow.ingest.planner import plan_partitions
-from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan, batch_id_for
+from eosflow.ingest.kafka_offsets import partition_offsets, topic_id
+from eosflow.ingest.planner import TopicRecreatedError, plan_partitions
+from eosflow.ingest.ranges import OffsetRange, Plan, batch_id_for
 from eosflow.ingest.summary import RunSummary
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
@@ -50,13 +50,20 @@ def run(
     return _execute(settings, pipeline, batch_id, make_plan, log)
 
 
-def prepare(settings: Settings, pipeline_name: str, run_id: str, log: Log = print) -> tuple[Plan, str | None]:
+def prepare(
+    settings: Settings,
+    pipeline_name: str,
+    run_id: str,
+    log: Log = print,
+    acknowledge_data_loss: bool = False,
+) -> tuple[Plan, str | None]:
     """Step 1 alone: plan and persist (or find) the run's plan; the orchestrator's plan task."""
     pipeline = pipelines.load(settings, pipeline_name)
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
-        return _plan(conn, settings, pipeline, run_id, batch_id_for(pipeline.name, run_id), None, False, log)
+        batch_id = batch_id_for(pipeline.name, run_id)
+        return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, log)
 
 
 def run_chunk(
@@ -64,8 +71,9 @@ def run_chunk(
 ) -> RunSummary:
     """One backfill chunk: an explicit range, as a catch-up (moves the position) or a replay (does not).
 
-    The range was validated by eosflow.ingest.backfill; the commit re-checks what matters under
-    lock (fencing for a catch-up, committed-ness for a replay).
+    A new chunk is validated now, against what Kafka and the warehouse say when it runs (a chunk
+    whose predecessor has not committed is refused with BackfillError); a retry reuses its persisted
+    plan. The commit re-checks what matters under lock (fencing, committed-ness, replay counts).
     """
     if kind not in ("catch-up", "replay"):
         raise ValueError(f"a chunk is a catch-up or a replay, not {kind!r}")
@@ -76,8 +84,7 @@ def run_chunk(
         existing = store.load_plan(conn, batch_id)
         if existing is not None:
             return existing
-        first_seen = store.positions(conn, pipeline.name, chunk.topic).get(chunk.partition) is None
-        part = PartitionPlan(chunk, first_seen=first_seen and kind == "catch-up")
+        part = backfill_run.plan_chunk(settings, conn, pipeline, chunk, kind)
         return store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, (part,), kind)), None
 
     return _execute(settings, pipeline, batch_id, make_plan, log)
@@ -96,6 +103,7 @@ def _execute(
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
+        store.sweep_staging(conn, log)
         with timer("plan"):
             plan, status = make_plan(conn)
         summary.plan, summary.reused_plan = plan, status is not None
@@ -119,6 +127,7 @@ def _execute(
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
             records_read = _read_transform_stage(settings, pipeline, plan, timer, log)
+            _check_topic_unchanged(settings, plan)
         commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
         with timer("commit"):
             summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
@@ -139,6 +148,7 @@ def _plan(
     existing = store.load_plan(conn, batch_id)
     if existing is not None:
         return existing
+    current_id = topic_id(settings.bootstrap_servers, pipeline.topic)
     kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, pipeline.initial_offset)
     if store.has_committed(conn, pipeline.name):
         # The initial policy is for a pipeline's first run; a partition added later starts at its
@@ -151,9 +161,19 @@ def _plan(
         store.positions(conn, pipeline.name, pipeline.topic),
         max_records or pipeline.max_records_per_partition,
         acknowledge_data_loss,
+        current_id,
+        store.stored_topic_ids(conn, pipeline.name, pipeline.topic),
     )
     saved = store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, tuple(parts)))
     return saved, None
+
+
+def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
+    """The topic read is the one planned: re-created in between, its offsets would be other records."""
+    for topic, planned in sorted({(p.range.topic, p.topic_id) for p in plan.partitions if p.topic_id}):
+        current = topic_id(settings.bootstrap_servers, topic)
+        if current != planned:
+            raise TopicRecreatedError(plan.pipeline, topic, planned, current)
 
 
 def _read_transform_stage(
@@ -168,7 +188,7 @@ def _read_transform_stage(
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
     fault_point("before_read")
-    with timer("read+transform+stage"), data_loss_as_error(plan):
+    with timer("read+transform+stage"), data_loss_as_error(plan, settings.bootstrap_servers):
         result = transform_orders(
             read_plan(spark, settings.bootstrap_servers, plan),
             pipeline=pipeline.name,

@@ -16,6 +16,15 @@ class ReadOutsidePlanError(RuntimeError):
     """Spark returned records outside the planned ranges: never commit such a batch."""
 
 
+class UnreadableRecordError(RuntimeError):
+    """A record Spark's Kafka source cannot read at all: its timestamp overflows Spark's microseconds."""
+
+
+# Spark keeps instants as microseconds in a long: a Kafka timestamp beyond this many milliseconds
+# (a producer writing nanoseconds, on a topic that allows any timestamp) fails Spark's whole read.
+_SPARK_MAX_MS = (2**63 - 1) // 1000
+
+
 def read_plan(spark, bootstrap: str, plan: Plan):
     starting, ending = plan.spark_offsets()
     return (
@@ -33,13 +42,16 @@ def read_plan(spark, bootstrap: str, plan: Plan):
 
 
 @contextmanager
-def data_loss_as_error(plan: Plan) -> Iterator[None]:
-    """Turn Spark's "records were lost" failure of the planned ranges into a ReadDataLossError."""
+def data_loss_as_error(plan: Plan, bootstrap: str | None = None) -> Iterator[None]:
+    """Turn Spark's "records were lost" failure of the planned ranges into a ReadDataLossError, and
+    its failure on a timestamp it cannot represent into an UnreadableRecordError naming the records."""
     from py4j.protocol import Py4JJavaError
 
     try:
         yield
     except Py4JJavaError as exc:
+        if "long overflow" in str(exc) and "fromJavaTimestamp" in str(exc) and bootstrap:
+            raise _unreadable(plan, bootstrap) from None
         if "KafkaIllegalStateException" not in str(exc) and "may have been lost" not in str(exc):
             raise
         reason = next(
@@ -75,3 +87,38 @@ def _assign(plan: Plan) -> str:
     for r in plan.nonempty:
         topics.setdefault(r.topic, []).append(r.partition)
     return json.dumps(topics, sort_keys=True)
+
+
+def _unreadable(plan: Plan, bootstrap: str) -> UnreadableRecordError:
+    """Find, with a plain consumer, the records of the plan whose timestamps Spark cannot hold."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "eosflow-unreadable-scan",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    found: list[str] = []
+    try:
+        for r in plan.nonempty:
+            consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+            while len(found) < 5:
+                msg = consumer.poll(5.0)
+                if msg is None or msg.error() is not None or msg.offset() >= r.end:
+                    break
+                ms = msg.timestamp()[1]
+                if abs(ms) > _SPARK_MAX_MS:
+                    found.append(f"{r.topic}[{r.partition}]@{msg.offset()} (timestamp {ms} ms)")
+    finally:
+        consumer.close()
+    where = ", ".join(found) or "a record of the planned ranges (the scan found none)"
+    return UnreadableRecordError(
+        f"batch {plan.batch_id}: Spark's Kafka source cannot read {where}: its timestamp is beyond what "
+        "Spark represents (microseconds in 64 bits; a producer writing nanoseconds?). Nothing was "
+        "committed, and no retry can read it. Fix the producer; the topic needs "
+        "message.timestamp.after.max.ms at its default (an hour) to refuse such records. eosflow cannot "
+        "turn this record into a rejected row yet (docs/DESIGN.md, 'Bad records')."
+    )

@@ -4,7 +4,8 @@
 `includeHeaders=true`, as `arrow_source` hands it to Python) into one checked batch: the order
 fields typed (NULL for a rejected row) and one deterministic `error` column (NULL = valid), so
 re-running a batch gives the same rows, which the exactly-once commit relies on. The rules
-themselves are in `eosflow.ingest.checks`.
+themselves are in `eosflow.ingest.checks`; the ones on the Kafka columns (timestamp, key, headers)
+are here, vectorized, since they look at a whole column at once.
 
 `transform_orders` is the same transform on a Spark DataFrame, lazily: nothing runs a Spark job
 until the caller writes or collects. The staging step does not go through it twice: it runs
@@ -14,11 +15,13 @@ until the caller writes or collects. The staging step does not go through it twi
 from __future__ import annotations
 
 import gc
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eosflow.ingest.checks import FIELDS, check_value
 
@@ -97,6 +100,8 @@ class BatchCheck:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        timestamps = _reject_unstorable_timestamps(results, batch.column("timestamp"))
+        _reject_unstorable_kafka_columns(results, batch.column("key"), batch.column("kafka_headers"))
         errors = [error for error, _ in results]
         fields = list(zip(*(typed or _NO_FIELDS for _, typed in results), strict=True)) or [()] * len(FIELDS)
         columns: dict[str, pa.Array] = {
@@ -104,7 +109,7 @@ class BatchCheck:
             "kafka_topic": batch.column("topic"),
             "kafka_partition": batch.column("partition"),
             "kafka_offset": batch.column("offset"),
-            "kafka_timestamp": batch.column("timestamp"),
+            "kafka_timestamp": timestamps,
             "kafka_key": _text(batch.column("key")),
             "kafka_headers": batch.column("kafka_headers"),
             **{f.name: pa.array(fields[i], _FIELD_TYPES[i]) for i, f in enumerate(FIELDS)},
@@ -124,6 +129,75 @@ class BatchCheck:
         """The function a Spark task runs over its Arrow batches (for mapInArrow)."""
         for batch in batches:
             yield self(batch)
+
+
+# One record's check: (None, its typed fields), or (the first check it fails, None).
+_Result = tuple[str | None, list | None]
+
+# The instants every reader of the warehouse gets back exactly, in Spark's microseconds since
+# 1970-01-01 UTC: Postgres refuses year 0 in the form the COPY writes, Arrow's CSV writer cannot
+# write a year past 32767, and no Python client reads a year past 9999 (as checks._storable_instant).
+_FIRST_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
+_LAST_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+
+
+def _reject_unstorable_timestamps(results: list[_Result], timestamps: pa.Array) -> pa.Array:
+    """Reject, in `results`, every record whose Kafka timestamp the warehouse cannot keep; returns
+    the timestamps with theirs NULL.
+
+    The first check of all, so it replaces any error the value gave: the row cannot keep such a
+    timestamp (not even a rejected row), and the reason is the only place it survives. One
+    vectorized test per batch; only a batch with a hit is looked at row by row.
+    """
+    micros = timestamps.cast(_UTC_MICROS).cast(pa.int64())
+    outside = pc.or_(pc.less(micros, _FIRST_MICROS), pc.greater(micros, _LAST_MICROS))
+    if not pc.any(outside).as_py():
+        return timestamps
+    for i in pc.indices_nonzero(outside).to_pylist():
+        us = micros[i].as_py()
+        side = "before 0001-01-01" if us < 0 else "after 9999-12-31"
+        error = (
+            f"invalid timestamp: {us // 1000} ms since 1970-01-01 is {side} in UTC (kafka_timestamp is NULL)"
+        )
+        results[i] = (error, None)
+    return pc.if_else(outside, pa.scalar(None, timestamps.type), timestamps)
+
+
+NUL_IN_KEY = "invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the bytes)"
+
+
+def _reject_unstorable_kafka_columns(results: list[_Result], keys: pa.Array, headers: pa.Array) -> None:
+    """Reject, in `results`, the valid records whose key or headers Postgres cannot store.
+
+    kafka_key is text and kafka_headers jsonb: neither holds a NUL character. (A key of binary
+    numbers holds NULs too: such topics need their key kept as bytes.) Both tests are vectorized
+    and only the rows they hit are looked at: a NUL in the headers' JSON arrives as the escape
+    \\u0000, which a header may also hold as plain text (an escaped backslash), so a hit is parsed.
+    """
+    nul_keys = pc.match_substring(keys.cast(pa.binary()), "\x00")
+    if pc.any(nul_keys).as_py():
+        for i, hit in enumerate(nul_keys.to_pylist()):
+            if hit and results[i][0] is None:
+                results[i] = (NUL_IN_KEY, None)
+    escaped = pc.match_substring(headers.cast(pa.string()), "\\u0000")
+    if pc.any(escaped).as_py():
+        texts = headers.to_pylist()
+        for i, hit in enumerate(escaped.to_pylist()):
+            if hit and results[i][0] is None:
+                name = next(
+                    (
+                        h["key"]
+                        for h in json.loads(texts[i])
+                        if "\x00" in h["key"] or "\x00" in (h["value"] or "")
+                    ),
+                    None,
+                )
+                if name is not None:
+                    error = (
+                        f"invalid header: {name.replace(chr(0), '?')} holds a NUL character, "
+                        "which Postgres jsonb cannot store"
+                    )
+                    results[i] = (error, None)
 
 
 def _constant(value: str, n: int) -> pa.Array:
