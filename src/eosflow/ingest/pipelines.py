@@ -13,10 +13,12 @@ import yaml
 from eosflow.settings import Settings
 
 TRANSFORMS = ("orders",)
-# The consumer's three semantics (../shared/DESIGN.md, "Delivery modes"); exactly-once is the default,
+# The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
 DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
 _TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+# eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
+_RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -36,7 +38,7 @@ class InitialOffset:
             return cls(text)
         kind, _, arg = text.partition(":")
         try:
-            if kind == "offset":
+            if kind == "offset" and int(arg) >= 0:
                 return cls("offset", int(arg))
             if kind == "timestamp":
                 stamp = datetime.fromisoformat(arg.replace("Z", "+00:00"))
@@ -47,7 +49,7 @@ class InitialOffset:
             pass
         raise PipelineConfigError(
             f"{where}: initial_offset {raw!r} is not one of earliest, latest, "
-            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, offset:<n>"
+            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, offset:<n> (n >= 0)"
         )
 
 
@@ -87,7 +89,16 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
         raise PipelineConfigError(
             f"{path}: expected a top-level 'pipelines:' mapping with at least one pipeline"
         )
-    return {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
+    found = {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
+    writers: dict[str, str] = {}
+    for name, p in found.items():
+        if p.target_table in writers:
+            raise PipelineConfigError(
+                f"{path}: pipelines {writers[p.target_table]!r} and {name!r} both write {p.target_table}; "
+                "each pipeline needs a target_table of its own (the ledger and invariants are per pipeline)"
+            )
+        writers[p.target_table] = name
+    return found
 
 
 def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
@@ -98,6 +109,16 @@ def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
             f"{', '.join(sorted(found))}"
         )
     return found[name]
+
+
+def _transform_version(raw: object, where: str) -> str:
+    """Stamped on every output row: printable text only (a NUL would fail every COPY of the pipeline)."""
+    text = str(raw)
+    if not text or len(text) > 100 or not text.isprintable():
+        raise PipelineConfigError(
+            f"{where}: transform_version {raw!r} must be 1 to 100 printable characters, e.g. v2"
+        )
+    return text
 
 
 def _parse(name: str, spec: object, where: str) -> Pipeline:
@@ -125,6 +146,12 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     table = str(spec.get("target_table", ""))
     if not _TABLE.match(table):
         raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
+    schema = table.split(".")[0]
+    if schema in _RESERVED_SCHEMAS or schema.startswith("pg_"):
+        raise PipelineConfigError(
+            f"{where}: target_table {table!r} is in schema {schema!r}, which eosflow or Postgres keeps for "
+            "itself; put the output in a schema of its own, e.g. raw.<table>"
+        )
     transform = spec.get("transform", "orders")
     if transform not in TRANSFORMS:
         raise PipelineConfigError(f"{where}: transform {transform!r} unknown; available: {list(TRANSFORMS)}")
@@ -144,7 +171,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         topics=tuple(topics),
         target_table=table,
         transform=transform,
-        transform_version=str(spec.get("transform_version", "v1")),
+        transform_version=_transform_version(spec.get("transform_version", "v1"), where),
         initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
         max_records_per_partition=positive("max_records_per_partition", 500_000),
         max_value_bytes=positive("max_value_bytes", 65_536),
