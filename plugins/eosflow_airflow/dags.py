@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, dag
 
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
-from eosflow_airflow.spark import ingest_task, spark_job
-from eosflow_airflow.tasks import plan, validate_backfill, verify
+from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
+from eosflow_airflow.tasks import ingest_dag_id, plan, validate_backfill, verify
 
 DEFAULT_ARGS = {"owner": "eosflow", "retries": 2, "retry_delay": timedelta(seconds=20)}
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -27,7 +26,7 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
     interval = timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
 
     @dag(
-        dag_id=f"eosflow_ingest_{pipeline.name}",
+        dag_id=ingest_dag_id(pipeline.name),
         description=f"{pipeline.topic} -> {pipeline.target_table}, exactly once",
         schedule=interval,
         start_date=START,
@@ -35,8 +34,18 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
         max_active_runs=1,  # runs of one pipeline never overlap; fencing guards the rest
         default_args=DEFAULT_ARGS,
         tags=["eosflow", "ingest", f"pipeline:{pipeline.name}"],
+        params={
+            # Scheduled runs take the default: a loss always stops them until someone accepts it.
+            "acknowledge_data_loss": Param(
+                False,
+                type="boolean",
+                description="accept records Kafka deleted before they were read: the plan records "
+                "them in the ledger as a 'lost' range and the run continues from the log start",
+            ),
+        },
         doc_md=f"Ingests `{pipeline.topic}` into `{pipeline.target_table}`: plan (persisted, reused by "
-        "retries), the Spark job (read_committed, one commit transaction), then the invariants.",
+        "retries), the Spark job (read_committed, one commit transaction), then the invariants. "
+        "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`.",
     )
     def ingest():
         (
@@ -91,9 +100,9 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
     def backfill():
         chunks = validate_backfill()
         # One chunk at a time, in map order: a catch-up chunk can only commit after the one before it.
-        loads = SparkSubmitOperator.partial(**spark_job("spark_chunk", max_active_tis_per_dagrun=1)).expand(
-            application_args=chunks
-        )
+        loads = EosflowSparkSubmitOperator.partial(
+            **spark_job("spark_chunk", max_active_tis_per_dagrun=1)
+        ).expand(application_args=chunks)
         loads >> verify()
 
     return backfill()

@@ -44,9 +44,9 @@ class EosflowHook(BaseHook):
             kafka_port=int(port or base.kafka_port),
         )
 
-    def job_env(self) -> dict[str, str]:
+    def job_env(self, settings: settings_mod.Settings | None = None) -> dict[str, str]:
         """The same settings as environment for the spark-submit'ed job."""
-        s = self.settings()
+        s = settings or self.settings()
         return {
             "EOSFLOW_PG_HOST": s.pg_host,
             "EOSFLOW_PG_PORT": str(s.pg_port),

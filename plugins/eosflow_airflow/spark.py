@@ -1,15 +1,35 @@
-"""The Spark job as an Airflow task: SparkSubmitOperator on the `spark_default` connection."""
+"""The Spark job as an Airflow task: spark-submit on the `spark_default` connection, the eosflow way.
+
+What the job runs with is decided when the task runs, never when the DAG file is parsed: its
+EOSFLOW_* settings come from the `warehouse` and `kafka_default` connections (as plan and verify
+read them), and the code archive is built from the code as it is then. A failure ends on the job's
+own line; the ones a retry cannot fix (refused, fenced, data loss) fail without retry.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from eosflow import settings as settings_mod
 from eosflow.ingest.spark_session import launch_conf
 from eosflow.ingest.submit import spark_env
+from eosflow_airflow.hooks import EosflowHook
+from eosflow_airflow.tasks import acknowledge_hint
+
+JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.ingest.cli) prints to stderr
+_OUTCOME = re.compile(r"eosflow ingest: [A-Z]+(?: [A-Z]+)*: ")  # FENCED: ..., DATA LOSS: ..., FAILED: ...
+# The job's exit codes (eosflow.ingest.cli) for which the same try can only fail the same way.
+NOT_RETRIED = {
+    2: "a bad configuration or request does not get better on retry",
+    3: "a retry would be fenced again",
+    4: "the records are gone: a retry cannot read them",
+}
 
 
 def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
@@ -20,17 +40,76 @@ def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
         task_id=task_id,
         conn_id="spark_default",
         application=str(s.root / "spark" / "ingest_job.py"),
-        py_files=str(s.state_dir / "dist" / "eosflow.zip"),  # built by the plan/validate task
         jars=str(s.jars_dir / "spark" / "*.jar"),  # Spark expands the glob itself
         name=f"eosflow-{task_id}",
-        env_vars=env,
+        env_vars=env,  # the connections' settings are merged over this when the task runs
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"} | launch_conf(s),
         **kwargs,
     )
 
 
-def ingest_task(pipeline_name: str, **kwargs: Any) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
+def submit_failure(returncode: int | None, job_lines: list[str], pipeline: str | None) -> Exception | None:
+    """The exception a failed spark-submit ends the task with, or None to keep the provider's own."""
+    if not returncode or not job_lines:
+        return None  # not the job speaking (Spark or Python died first): the provider's output says more
+    line = next((x for x in reversed(job_lines) if _OUTCOME.match(x)), None)
+    if line is None and returncode in NOT_RETRIED:
+        line = job_lines[-1]
+    if line is None:
+        return None
+    message = line.removeprefix(JOB_PREFIX)
+    if returncode == 4 and pipeline:
+        message += " " + acknowledge_hint(pipeline)
+    if returncode in NOT_RETRIED:
+        return AirflowFailException(f"{message} (exit {returncode}, not retried: {NOT_RETRIED[returncode]})")
+    return AirflowException(f"{message} (exit {returncode})")
+
+
+class EosflowSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator with the settings and code of run time, and eosflow's failures."""
+
+    _job_lines: list[str]  # the job's own output lines of the current try (set in execute)
+
+    def execute(self, context: Any) -> None:
+        from eosflow.ingest.submit import package
+
+        hook = EosflowHook()
+        settings = hook.settings()
+        # The same connections as plan and verify, read now: a connection changed after the DAG file
+        # was parsed must not send the commit to another database than the plan.
+        self.env_vars = {**(self.env_vars or {}), **hook.job_env(settings)}
+        self.py_files = str(package(settings))  # this version's own archive, whatever others build
+        self._hook = None  # built from the values above
+        self._job_lines = []
+        try:
+            return super().execute(context)
+        except Exception as exc:
+            sp = self._hook._submit_sp if self._hook is not None else None
+            failure = submit_failure(sp.returncode if sp else None, self._job_lines, self._pipeline())
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def _get_hook(self):
+        hook = super()._get_hook()
+        # The provider logs every line of spark-submit's output here; keep the job's own lines too.
+        process = hook._process_spark_submit_log
+        hook._process_spark_submit_log = lambda lines: process(self._keep_job_lines(lines))
+        return hook
+
+    def _keep_job_lines(self, lines: Iterator[str]) -> Iterator[str]:
+        for raw in lines:
+            if raw.strip().startswith(JOB_PREFIX):
+                self._job_lines.append(raw.strip())
+            yield raw
+
+    def _pipeline(self) -> str | None:
+        args = [str(a) for a in self.application_args or []]
+        return args[args.index("--pipeline") + 1] if "--pipeline" in args[:-1] else None
+
+
+def ingest_task(pipeline_name: str, **kwargs: Any) -> EosflowSparkSubmitOperator:
+    return EosflowSparkSubmitOperator(
         **spark_job(
             "spark_ingest",
             application_args=["--pipeline", pipeline_name, "--run-id", "{{ run_id }}"],

@@ -12,22 +12,62 @@ from eosflow_airflow.hooks import EosflowHook
 log = logging.getLogger(__name__)
 
 
+def ingest_dag_id(pipeline_name: str) -> str:
+    return f"eosflow_ingest_{pipeline_name}"
+
+
+def acknowledge_hint(pipeline_name: str) -> str:
+    """How to accept a data loss from Airflow: a manual run whose plan records the gap."""
+    return (
+        f"To accept the loss, trigger {ingest_dag_id(pipeline_name)} with acknowledge_data_loss=true "
+        '(Trigger, then tick the param; or conf {"acknowledge_data_loss": true}): that run records the '
+        "gap in the ledger as a 'lost' range and continues from the log start. Scheduled runs never do."
+    )
+
+
+def _refusals() -> tuple[type[Exception], ...]:
+    """Configuration errors a retry cannot fix: they fail the task at once, with their message."""
+    from eosflow.ingest.kafka_offsets import TopicMissingError
+    from eosflow.ingest.pipelines import PipelineConfigError
+    from eosflow.ingest.planner import PositionBeyondLogError, TopicRecreatedError
+
+    return PipelineConfigError, TopicMissingError, PositionBeyondLogError, TopicRecreatedError
+
+
 @task(task_id="plan")
 def plan(pipeline_name: str) -> dict:
-    """Step 1: persist this run's plan before Spark starts; a retried run finds and reuses it."""
+    """Step 1: persist this run's plan before Spark starts; a retried run finds and reuses it.
+
+    The Spark task re-reads this persisted plan, so an acknowledged loss reaches the commit through it.
+    """
     from eosflow.ingest import job
-    from eosflow.ingest.submit import package
+    from eosflow.ingest.planner import DataLossError
 
     settings = EosflowHook().settings()
-    run_id = get_current_context()["run_id"]
-    planned, status = job.prepare(settings, pipeline_name, run_id, log=log.info)
-    package(settings)  # the code the Spark task ships with --py-files, fresh for every run
+    context = get_current_context()
+    acknowledge = bool(context["params"].get("acknowledge_data_loss", False))
+    try:
+        planned, status = job.prepare(
+            settings, pipeline_name, context["run_id"], log=log.info, acknowledge_data_loss=acknowledge
+        )
+    except DataLossError as exc:
+        listed = "; ".join(f"{r} ({r.span:,} offsets)" for r in exc.missing)
+        raise AirflowFailException(
+            f"DATA LOSS in pipeline {pipeline_name!r}: Kafka deleted records before they were read: "
+            f"{listed}. They cannot be recovered from Kafka. {acknowledge_hint(pipeline_name)}"
+        ) from None
+    except _refusals() as exc:
+        raise AirflowFailException(str(exc)) from None
+    lost = [p.lost for p in planned.partitions if p.lost is not None]
+    if lost:
+        log.warning("data loss acknowledged, recorded as 'lost' at commit: %s", "; ".join(map(str, lost)))
     lines = [f"{'partition':<24}{'start':>12}{'end':>12}{'offsets':>12}{'lag after':>12}"]
     for part in planned.partitions:
         r = part.range
         lines.append(
             f"{f'{r.topic}[{r.partition}]':<24}{r.start:>12,}{r.end:>12,}{r.span:>12,}{part.lag_after:>12,}"
             + ("  (first range)" if part.first_seen else "")
+            + (f"  (lost before: {part.lost})" if part.lost is not None else "")
         )
     state = f"reused ({status})" if status else "new"
     log.info(
@@ -62,6 +102,13 @@ def verify(pipeline_name: str | None = None) -> dict:
     return {"pipeline": name, "checks": len(result.checks)}
 
 
+def _max_mapped_tasks() -> int:
+    """How many spark_chunk tasks Airflow will map: more fail the run after validation, opaquely."""
+    from airflow.configuration import conf
+
+    return conf.getint("core", "max_map_length", fallback=1024)
+
+
 @task(task_id="validate")
 def validate_backfill() -> list[list[str]]:
     """Check the whole backfill request before any Spark work; return one job argument list per chunk."""
@@ -80,9 +127,13 @@ def validate_backfill() -> list[list[str]]:
             int(params.get("chunk_size") or 100_000),
         )
         chunks = backfill_run.resolve(
-            EosflowHook().settings(), request, params.get("from_time") or None, params.get("to_time") or None
+            EosflowHook().settings(),
+            request,
+            params.get("from_time") or None,
+            params.get("to_time") or None,
+            max_chunks=_max_mapped_tasks(),
         )
-    except BackfillError as exc:
+    except (BackfillError, *_refusals()) as exc:
         raise AirflowFailException(str(exc)) from None  # a bad request does not get better on retry
     log.info(
         "backfill %s of %s: %d chunk(s), committed in this order:\n%s",

@@ -57,3 +57,17 @@ def test_dag_files_do_no_network_or_database_io_at_import(monkeypatch):
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     assert bag.dag_ids
+
+
+def test_both_dags_run_spark_through_eosflows_operator(dagbag):
+    from eosflow_airflow.spark import EosflowSparkSubmitOperator
+
+    ingest = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
+    chunk = dagbag.dags["eosflow_backfill"].get_task("spark_chunk")
+    assert isinstance(ingest, EosflowSparkSubmitOperator)
+    assert chunk.operator_class is EosflowSparkSubmitOperator  # a mapped task
+
+
+def test_ingest_dags_acknowledge_data_loss_only_when_asked(dagbag):
+    param = dagbag.dags["eosflow_ingest_orders"].params.get_param("acknowledge_data_loss")
+    assert param.value is False and param.schema["type"] == "boolean" and param.description
