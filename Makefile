@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test airflow lab bench up down status lint clean
+.PHONY: setup browser demo test airflow lab bench soak up down status lint clean
 
 ## setup: the virtualenv (Python packages from PyPI) and the jars (Maven Central); idempotent
 setup: $(STAMP)
@@ -52,6 +52,11 @@ lab: setup
 bench: setup
 	$(BIN)/eosflow stack up
 	$(BIN)/eosflow bench $(BENCH_ARGS)
+
+## soak: the randomized schedule test, 1,000+ steps (EOSFLOW_SOAK_STEPS) on a stack of its own (.stack/soak,
+## Kafka 19292/19293, Postgres 15632), stopped afterwards; the report goes to soak/results/latest.{md,json}
+soak: setup
+	$(BIN)/python -m tests.random.soak
 
 up: setup
 	$(BIN)/eosflow stack up

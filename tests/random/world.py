@@ -1,0 +1,301 @@
+"""The machine's hands: producing with known fates, Kafka administration, warehouse reads, job processes.
+
+Nothing here decides what is right; tests/random/model.py and the machine do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+
+from tests.random.model import Rec, Rows
+
+POISON = (
+    "not_json",  # the value is not JSON at all
+    "null_value",  # a tombstone
+    "missing_field",  # JSON without amount_cents
+    "nul_in_json_text",  # well-formed JSON whose order_id holds "\u0000": Postgres text cannot
+    "nul_raw_in_value",  # a raw NUL byte inside a JSON string: not JSON
+    "nul_in_key",  # a well-formed event whose key holds a NUL byte
+    "nul_in_header",  # a well-formed event with a header value holding a NUL byte
+)
+
+
+def payload(kind: str, n: int) -> tuple[bytes | None, bytes | None, list | None, str | None]:
+    """(value, key, headers, event_id) of one record of `kind`; n makes the content vary."""
+    event_id = str(uuid.uuid4())
+    body = {
+        "event_id": event_id,
+        "event_type": ("order_created", "order_paid", "order_shipped", "order_cancelled")[n % 4],
+        "event_time": f"2026-01-01T00:{n % 60:02d}:{(n * 7) % 60:02d}.{n % 1000:03d}Z",
+        "order_id": f"ord-{n:010d}",
+        "customer_id": f"cus-{n % 1_000_000:06d}",
+        "amount_cents": 100 + n,
+        "currency": ("EUR", "USD", "GBP")[n % 3],
+        "schema_version": 1,
+    }
+    key: bytes | None = body["customer_id"].encode()
+    headers = [("source", b"random-schedule")] if n % 3 == 0 else None
+    if kind == "valid":
+        return json.dumps(body).encode(), key, headers, event_id
+    if kind == "not_json":
+        return f"not json {n}".encode(), key, headers, None
+    if kind == "null_value":
+        return None, key, headers, None
+    if kind == "missing_field":
+        del body["amount_cents"]
+        return json.dumps(body).encode(), key, headers, None
+    if kind == "nul_in_json_text":
+        body["order_id"] = f"ord-\u0000{n}"
+        return json.dumps(body).encode(), key, headers, event_id
+    if kind == "nul_raw_in_value":
+        return b'{"event_id": "a\x00b"}', key, headers, None
+    if kind == "nul_in_key":
+        return json.dumps(body).encode(), b"cus\x00" + str(n).encode(), headers, event_id
+    if kind == "nul_in_header":
+        return json.dumps(body).encode(), key, [("trace", b"a\x00b")], event_id
+    raise ValueError(kind)
+
+
+class Kafka:
+    """One topic name, its incarnations, and producers with delivery reports."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._txp: Producer | None = None
+        self._plain: Producer | None = None
+        self._generation = 0
+
+    # -- topic administration ------------------------------------------------------------------------
+    def create(self, partitions: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            fut = self.admin.create_topics([NewTopic(self.topic, partitions, 1)])[self.topic]
+            try:
+                fut.result(timeout=30)
+                break
+            except KafkaException as exc:  # the old incarnation is still being deleted
+                if time.monotonic() > deadline:
+                    raise
+                if "already exists" not in str(exc) and "marked for deletion" not in str(exc).lower():
+                    raise
+                time.sleep(0.5)
+        self._wait(lambda: self.partition_count() == partitions)
+        self.reset_producers()
+
+    def delete(self) -> None:
+        self.close()
+        fut = self.admin.delete_topics([self.topic], operation_timeout=30)[self.topic]
+        try:
+            fut.result(timeout=30)
+        except KafkaException as exc:
+            if "UNKNOWN_TOPIC" not in exc.args[0].name():
+                raise
+        self._wait(lambda: self.partition_count() is None)
+
+    def grow(self, partitions: int) -> None:
+        self.admin.create_partitions([NewPartitions(self.topic, partitions)])[self.topic].result(timeout=30)
+        self._wait(lambda: self.partition_count() == partitions)
+        self.reset_producers()  # fresh metadata: a producer must know the new partitions
+
+    def partition_count(self) -> int | None:
+        info = self.admin.list_topics(topic=self.topic, timeout=10).topics.get(self.topic)
+        if info is None or info.error is not None or not info.partitions:
+            return None
+        return len(info.partitions)
+
+    def offsets(self, partition: int) -> tuple[int, int]:
+        """(log start, high watermark) of one partition."""
+        tp = TopicPartition(self.topic, partition)
+        start = self.admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset
+        end = self.admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(timeout=30).offset
+        return start, end
+
+    def delete_records(self, partition: int, before: int) -> int:
+        """What retention does; returns the log start afterwards."""
+        tp = TopicPartition(self.topic, partition, before)
+        self.admin.delete_records([tp])[tp].result(timeout=30)
+        return self.offsets(partition)[0]
+
+    @staticmethod
+    def _wait(ok, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not ok():
+            if time.monotonic() > deadline:
+                raise TimeoutError("Kafka's metadata did not settle")
+            time.sleep(0.2)
+
+    # -- producing ----------------------------------------------------------------------------------
+    def reset_producers(self) -> None:
+        self.close()
+        self._generation += 1
+
+    def close(self) -> None:
+        for p in (self._txp, self._plain):
+            if p is not None:
+                p.flush(30)
+        self._txp = self._plain = None
+
+    def _transactional(self) -> Producer:
+        if self._txp is None:
+            self._txp = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "transactional.id": f"{self.topic}-tx",  # a new producer fences the one before
+                    "enable.idempotence": True,
+                    "linger.ms": 2,
+                }
+            )
+            self._txp.init_transactions(30)
+        return self._txp
+
+    def _plain_producer(self) -> Producer:
+        if self._plain is None:
+            self._plain = Producer(
+                {"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 2}
+            )
+        return self._plain
+
+    def send(self, records: list[tuple[int, str, int]], fate: str, step: int) -> list[Rec]:
+        """Write records [(partition, kind, n)] in one transaction (fate commit/abort) or plainly."""
+        reports: dict[int, tuple[int, int] | str] = {}
+
+        def on_delivery(i: int):
+            def cb(err, msg) -> None:
+                reports[i] = str(err) if err is not None else (msg.partition(), msg.offset())
+
+            return cb
+
+        kinds: dict[int, tuple[str, str | None]] = {}
+        producer = self._plain_producer() if fate == "plain" else self._transactional()
+        if fate != "plain":
+            producer.begin_transaction()
+        for i, (partition, kind, n) in enumerate(records):
+            value, key, headers, event_id = payload(kind, n)
+            kinds[i] = (kind, event_id)
+            producer.produce(
+                self.topic,
+                value=value,
+                key=key,
+                headers=headers,
+                partition=partition,
+                on_delivery=on_delivery(i),
+            )
+        producer.flush(30)
+        if fate == "abort":
+            producer.abort_transaction(30)
+            status = "aborted"
+        elif fate == "commit":
+            producer.commit_transaction(30)
+            status = "committed"
+        else:
+            status = "acknowledged"
+        out = []
+        for i in range(len(records)):
+            got = reports.get(i)
+            if not isinstance(got, tuple):
+                raise AssertionError(f"the producer could not deliver record {i} of step {step}: {got}")
+            out.append(Rec(got[0], got[1], status, kinds[i][0], kinds[i][1], step))
+        return out
+
+
+# -- the warehouse ----------------------------------------------------------------------------------
+
+
+def read_rows(dsn: str, pipeline: str, table: str) -> Rows:
+    with psycopg.connect(dsn) as conn:
+        output: dict = {}
+        (exists,) = conn.execute("select to_regclass(%s) is not null", (table,)).fetchone()
+        if exists:
+            for t, p, o, e in conn.execute(
+                f"select kafka_topic, kafka_partition, kafka_offset, event_id::text from {table}"
+            ):
+                output.setdefault((t, p, o), []).append(e)
+        rejected: dict = {}
+        for t, p, o, err in conn.execute(
+            "select kafka_topic, kafka_partition, kafka_offset, error from eosflow.rejected "
+            "where pipeline = %s",
+            (pipeline,),
+        ):
+            rejected.setdefault((t, p, o), []).append(err)
+    return Rows(output, rejected)
+
+
+def footprint(dsn: str, pipeline: str, table: str) -> tuple:
+    """Everything a refused run must leave as it was: rows, ledger rows, positions (compared, never used)."""
+    rows = read_rows(dsn, pipeline, table)
+    with psycopg.connect(dsn) as conn:
+        ledger = conn.execute(
+            "select topic, partition, start_offset, end_offset, kind from eosflow.ledger where pipeline = %s "
+            "order by 1, 2, 3, 4, 5",
+            (pipeline,),
+        ).fetchall()
+        positions = conn.execute(
+            "select topic, partition, next_offset, replays from eosflow.positions where pipeline = %s "
+            "order by 1, 2",
+            (pipeline,),
+        ).fetchall()
+    return (sorted(rows.output), sorted(rows.rejected), ledger, positions)
+
+
+# -- job processes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    log: Path
+    started: float
+
+    def wait(self, timeout: float = 300.0) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        finally:
+            self._reap()
+
+    def kill(self) -> None:
+        """SIGKILL the job and everything it started (its Spark JVM): a lost machine."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        # The job's own SIGKILL (EOSFLOW_CRASH_AT) leaves its JVM to notice the closed pipe; do not wait.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def tail(self, lines: int = 12) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def spawn_ingest(pipeline: str, pipelines_file: Path, logdir: Path, args: list[str], **env: str) -> Proc:
+    """`eosflow ingest --pipeline P ...` in a process group of its own."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    log = logdir / f"ingest-{uuid.uuid4().hex[:8]}.log"
+    fh = log.open("w")
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", pipeline, *args],
+        env=dict(os.environ, EOSFLOW_PIPELINES=str(pipelines_file), **env),
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    fh.close()
+    return Proc(popen, log, time.monotonic())
