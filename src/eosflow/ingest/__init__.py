@@ -1,1 +1,1 @@
-"""Exactly-once ingestion: plan, read, transform, stage, commit (see ../shared/DESIGN.md)."""
+"""Exactly-once ingestion: plan, read, transform, stage, commit (see docs/DESIGN.md)."""

@@ -1,4 +1,4 @@
-"""Invariants I1-I5 of ../shared/DESIGN.md as SQL over the warehouse, for one pipeline.
+"""Invariants I1-I5 of docs/DESIGN.md as SQL over the warehouse, for one pipeline.
 
 The dbt project checks the same invariants after every run; this module is the quick in-process
 version the tests and the CLI use. Each check returns the offending rows, never just a boolean,
