@@ -19,6 +19,7 @@ from eosflow.produce.manifest import Manifest
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from eosflow.settings import Settings
 from eosflow.warehouse import invariants
+from tests import orders
 
 
 @dataclass
@@ -32,7 +33,7 @@ class IngestCase:
         self.spec = {
             "topics": [f"ingest.{self.name}"],
             "target_table": f"raw.{self.name}",
-            "transform": "orders",
+            **orders.declaration(),
             "transform_version": "v1",
             "initial_offset": "earliest",
             "max_records_per_partition": 100_000,

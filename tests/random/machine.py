@@ -43,6 +43,7 @@ from eosflow.ingest.read import ReadDataLossError
 from eosflow.settings import Settings
 from eosflow.warehouse import invariants
 from eosflow.warehouse.migrate import migrate
+from tests import orders
 from tests.random.model import PipelineModel, compare
 from tests.random.world import POISON, Kafka, footprint, read_rows, spawn_ingest
 
@@ -172,7 +173,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             p.name: {
                 "topics": [p.topic],
                 "target_table": p.table,
-                "transform": "orders",
+                **orders.declaration(),
                 "transform_version": "v1",
                 "initial_offset": "earliest",
                 "max_records_per_partition": 100_000,

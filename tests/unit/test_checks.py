@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
-from eosflow.ingest.checks import FIELDS, check_value
-from eosflow.ingest.transform import CHECKED_COLUMNS, BatchCheck
+from eosflow.ingest.transform import BatchCheck, checked_columns
 from eosflow.produce import events
+from tests.orders import COLUMNS, NAMES, SCHEMA, check_value, record_check
+
+CHECKED_COLUMNS = checked_columns(SCHEMA)
 
 GOOD = json.loads(next(events.generate(seed=3, count=1)).value)
 
@@ -26,7 +28,7 @@ def test_every_produced_event_is_valid_and_typed_as_written():
         error, typed = check_value(e.value, 65_536)
         assert error is None, (error, e.value)
         body = json.loads(e.value)
-        fields = dict(zip([f.name for f in FIELDS], typed, strict=True))
+        fields = dict(zip(NAMES, typed, strict=True))
         assert fields["event_time"] == datetime.fromisoformat(body["event_time"])
         assert {k: v for k, v in fields.items() if k != "event_time"} == {
             k: v for k, v in body.items() if k != "event_time"
@@ -65,7 +67,7 @@ def test_instants_at_the_edges_are_read_exactly(event_time, expected):
 )
 def test_instants_outside_the_contract_are_mistyped(event_time):
     error, _ = check_value(value(event_time=event_time), 4096)
-    assert error == f"mistyped field: event_time (expected {FIELDS[2].expected})"
+    assert error == f"mistyped field: event_time (expected {COLUMNS[2].type.expected})"
 
 
 @pytest.mark.parametrize(
@@ -94,7 +96,7 @@ def test_a_surrogate_pair_escape_is_one_character_and_valid():
 def test_booleans_are_not_integers():
     assert (
         check_value(value(schema_version=True), 4096)[0]
-        == "mistyped field: schema_version (expected integer)"
+        == "mistyped field: schema_version (expected 32-bit integer)"
     )
 
 
@@ -115,7 +117,7 @@ def _kafka_batch(values: list[bytes | None], keys: list[bytes | None]) -> pa.Rec
 
 def test_a_batch_check_returns_every_row_once_in_the_declared_columns():
     values = [value(), None, b"{}", value(amount_cents=0), b"\xff"]
-    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch(values, [b"k", None, b"k\xff", b"", b"x"]))
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch(values, [b"k", None, b"k\xff", b"", b"x"]))
     assert checked.schema.names == [name for name, _ in CHECKED_COLUMNS]
     assert checked.column("kafka_offset").to_pylist() == list(range(len(values)))
     assert checked.column("raw_value").to_pylist() == values
@@ -123,7 +125,7 @@ def test_a_batch_check_returns_every_row_once_in_the_declared_columns():
         None,
         "null value",
         "missing field: event_id",
-        "invalid value: amount_cents (must be > 0, got 0)",
+        "invalid value: amount_cents (must be >= 1, got 0)",
         "not UTF-8",
     ]
     assert checked.column("event_id").to_pylist() == [GOOD["event_id"], None, None, None, None]
@@ -137,20 +139,20 @@ def test_a_batch_check_leaves_the_garbage_collector_as_it_found_it(enabled):
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
-        BatchCheck("p", "b", "v", 4096)(_kafka_batch([value()], [b"k"]))
+        BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch([value()], [b"k"]))
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
 
 
 def test_an_empty_batch_checks_to_an_empty_batch():
-    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([], []))
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch([], []))
     assert checked.num_rows == 0 and checked.schema.names == [name for name, _ in CHECKED_COLUMNS]
 
 
 def test_max_value_bytes_must_be_positive():
     with pytest.raises(ValueError, match="max_value_bytes must be >= 1"):
-        BatchCheck("p", "b", "v", 0)
+        BatchCheck("p", "b", "v", 0, SCHEMA)
 
 
 # Values each field may take in the fuzz below: valid ones, every JSON type, and the edges of the rules.
@@ -178,8 +180,7 @@ _CANDIDATES: dict[str, list[object]] = {
 def test_the_fast_path_accepts_exactly_what_the_ordered_rules_accept():
     import random
 
-    from eosflow.ingest.checks import _ACCEPTS, _valid_fields, first_field_error
-
+    check = record_check(4096)
     rng = random.Random(5)
     outcomes = set()
     for _ in range(20_000):
@@ -188,10 +189,11 @@ def test_the_fast_path_accepts_exactly_what_the_ordered_rules_accept():
             choice = options[0] if rng.random() < 0.6 else rng.choice(options)
             if choice is not None or rng.random() < 0.5:  # None: sometimes JSON null, sometimes absent
                 doc[name] = choice
-        fast, error = _valid_fields(doc), first_field_error(doc)
+        fast, error = check.typed(doc), check.first_error(doc)
         assert (fast is None) == (error is not None), (doc, error)
+        assert fast == check.typed_by_rules(doc), doc  # the compiled form and the rules agree
         if fast is not None:
-            assert fast == [accept(doc[f.name]) for accept, f in zip(_ACCEPTS, FIELDS, strict=True)]
+            assert fast == [c.type.accept(doc[c.name]) for c in COLUMNS]
         outcomes.add(error.split(":")[0] if error else "valid")
     # The fuzz reached every kind of outcome, so the equivalence above was tested on each.
     assert outcomes == {"valid", "missing field", "mistyped field", "invalid value"}
@@ -231,7 +233,7 @@ def test_a_nul_in_the_key_or_a_header_rejects_a_valid_record_and_only_that():
         "[]",
     ]
     batch = batch.set_column(6, "kafka_headers", pa.array(headers, pa.string()))
-    errors = BatchCheck("p", "b", "v", 4096)(batch).column("error").to_pylist()
+    errors = BatchCheck("p", "b", "v", 4096, SCHEMA)(batch).column("error").to_pylist()
     assert errors[0] is None and errors[4] is None
     assert errors[1].startswith("invalid key: holds a NUL") and errors[2] == errors[1]
     assert errors[3] == "invalid header: trace holds a NUL character, which Postgres jsonb cannot store"
@@ -241,19 +243,19 @@ def test_a_nul_in_the_key_or_a_header_rejects_a_valid_record_and_only_that():
 def test_a_header_name_holding_a_nul_is_named_with_a_question_mark():
     batch = _kafka_batch([value()], [b"k"])
     batch = batch.set_column(6, "kafka_headers", pa.array(['[{"key":"a\\u0000b","value":null}]']))
-    (error,) = BatchCheck("p", "b", "v", 4096)(batch).column("error").to_pylist()
+    (error,) = BatchCheck("p", "b", "v", 4096, SCHEMA)(batch).column("error").to_pylist()
     assert error == "invalid header: a?b holds a NUL character, which Postgres jsonb cannot store"
 
 
 def test_what_only_looks_like_a_nul_in_a_key_is_kept_as_text():
     # C0 80 is NUL's overlong form (Java's modified UTF-8): invalid, so U+FFFD twice, never a NUL.
-    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([value()] * 2, [b"\xc0\x80", b"k\\u0000"]))
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch([value()] * 2, [b"\xc0\x80", b"k\\u0000"]))
     assert checked.column("error").to_pylist() == [None, None]
     assert checked.column("kafka_key").to_pylist() == ["\ufffd\ufffd", "k\\u0000"]
 
 
 def test_a_record_the_kafka_columns_reject_has_no_typed_fields_like_every_rejected_row():
-    checked = BatchCheck("p", "b", "v", 4096)(_kafka_batch([value(), value()], [b"k", b"\x00"]))
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch([value(), value()], [b"k", b"\x00"]))
     assert checked.column("error").to_pylist()[0] is None
     assert checked.column("event_id").to_pylist() == [GOOD["event_id"], None]
     assert checked.column("amount_cents").to_pylist() == [GOOD["amount_cents"], None]
@@ -271,7 +273,7 @@ def _with_timestamps(batch: pa.RecordBatch, micros: list[int | None]) -> pa.Reco
 
 def test_kafka_timestamps_in_years_1_to_9999_are_kept_exactly():
     micros = [_FIRST_US, _LAST_US, 0, -1, None]
-    checked = BatchCheck("p", "b", "v", 4096)(
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(
         _with_timestamps(_kafka_batch([value()] * 5, [b"k"] * 5), micros)
     )
     assert checked.column("error").to_pylist() == [None] * 5
@@ -295,7 +297,7 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not
     # Every kind of record: valid, a bad value, a NUL key; the timestamp's reason wins for each.
     values, keys = [value(), None, b"{}", value()], [b"k", b"k", b"k", b"\x00"]
     batch = _with_timestamps(_kafka_batch(values + [value()], keys + [b"k"]), [micros] * 4 + [0])
-    checked = BatchCheck("p", "b", "v", 4096)(batch)
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(batch)
     message += " (kafka_timestamp is NULL)"
     assert checked.column("error").to_pylist() == [message] * 4 + [None]
     assert checked.column("kafka_timestamp").cast(pa.int64()).to_pylist() == [None] * 4 + [0]

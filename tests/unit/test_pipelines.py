@@ -16,7 +16,11 @@ def _write(tmp_path, pipelines: dict) -> object:
 
 
 def _spec(**changes) -> dict:
-    return {"topics": ["orders"], "target_table": "raw.orders"} | changes
+    return {
+        "topics": ["orders"],
+        "target_table": "raw.orders",
+        "columns": [{"name": "id", "type": "text", "required": True}],
+    } | changes
 
 
 def test_a_negative_initial_offset_is_refused_with_the_forms_that_work():

@@ -11,6 +11,7 @@ from eosflow.ingest.spark_session import JVM_OPTIONS, launch_conf
 from eosflow.ingest.stage import Staged, _count, _merge, _with_hex_bytes, copy_writer, csv_bytes
 from eosflow.ingest.transform import BatchCheck
 from eosflow.settings import load
+from tests.orders import SCHEMA
 
 TallyRow = namedtuple("TallyRow", "kafka_topic kafka_partition rejected n lo hi")
 
@@ -92,7 +93,9 @@ def test_a_job_of_another_shape_keeps_the_jvm_compilers_but_still_maps_the_archi
 def test_a_task_that_read_nothing_reports_an_empty_typed_tally_without_connecting():
     # A range holding only aborted records gives Spark an empty task; its tally must still match the
     # schema mapInArrow declared, and no COPY (no connection) is opened for it.
-    write = copy_writer("postgresql://nobody@127.0.0.1:1/none", "staging.x", BatchCheck("p", "b", "v", 10))
+    write = copy_writer(
+        "postgresql://nobody@127.0.0.1:1/none", "staging.x", BatchCheck("p", "b", "v", 10, SCHEMA)
+    )
     (tally,) = list(write(iter([])))
     assert tally.num_rows == 0
     assert [str(t) for t in tally.schema.types] == ["string", "int32", "bool", "int64", "int64", "int64"]

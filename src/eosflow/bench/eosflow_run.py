@@ -16,6 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from eosflow import settings as settings_mod
+from eosflow.ingest import pipelines
+
 OUTCOME_OK = ("COMMITTED", "ALREADY COMMITTED")
 _TIME = re.compile(r"^\s*time: (?P<phases>.*) \(total [0-9.]+s")
 _OUTCOME = re.compile(r"outcome: (?P<outcome>[A-Z_ ]+?)(\s{2}|$)")
@@ -47,7 +50,7 @@ def write_pipelines_file(path: Path, pipeline: str, topic: str, target_table: st
             pipeline: {
                 "topics": [topic],
                 "target_table": target_table,
-                "transform": "orders",
+                **pipelines.declaration(settings_mod.load().root / "pipelines.yml", "orders"),
                 "transform_version": "v1",
                 "initial_offset": "earliest",
                 "max_records_per_partition": 2 * max(max_records, 1),

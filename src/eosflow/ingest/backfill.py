@@ -33,6 +33,7 @@ class BackfillRequest:
         None  # exclusive; None: up to the last stable offset (catch-up) / position (replay)
     )
     chunk_size: int = 100_000
+    topic: str | None = None  # None: the pipeline's only topic
 
     @classmethod
     def parse_partitions(cls, text: str | None) -> tuple[int, ...] | None:

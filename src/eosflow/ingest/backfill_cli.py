@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         help="catch-up: forward from the stored position; replay: re-read committed offsets",
     )
+    p.add_argument("--topic", default=None, help="the topic, for a pipeline reading several")
     p.add_argument("--partitions", default="all", help="all (default), or a list like 0,2")
     p.add_argument("--from-offset", type=int, default=None)
     p.add_argument("--to-offset", type=int, default=None, help="exclusive")
@@ -40,6 +41,7 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
             args.from_offset,
             args.to_offset,
             args.chunk_size,
+            topic=args.topic,
         )
         chunks = backfill_run.resolve(settings, request, args.from_time, args.to_time)
     except BackfillError as exc:

@@ -47,27 +47,24 @@ def resolve(
     except pipelines.PipelineConfigError as exc:
         raise BackfillError(str(exc)) from None
     migrate(settings.warehouse_dsn, log=lambda m: None)
+    topic = backfill_topic(pipeline, request.topic)
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        facts = _Facts.read(settings, conn, pipeline)
+        facts = _Facts.read(settings, conn, pipeline, topic)
     kafka, positions, committed = facts.kafka, facts.positions, facts.committed
     if not (from_time or to_time):
-        return validate(request, pipeline.topic, kafka, positions, committed, max_chunks)
+        return validate(request, topic, kafka, positions, committed, max_chunks)
 
     # Times map to different offsets in each partition: validate partition by partition.
     chosen = request.partitions if request.partitions is not None else tuple(sorted(kafka))
     stable = {p: o.stable_end for p, o in kafka.items()}
     known = [p for p in chosen if p in kafka]
     starts = (
-        offsets_for_time(
-            settings.bootstrap_servers, pipeline.topic, known, _epoch_ms(from_time, "from time"), stable
-        )
+        offsets_for_time(settings.bootstrap_servers, topic, known, _epoch_ms(from_time, "from time"), stable)
         if from_time
         else {}
     )
     ends = (
-        offsets_for_time(
-            settings.bootstrap_servers, pipeline.topic, known, _epoch_ms(to_time, "to time"), stable
-        )
+        offsets_for_time(settings.bootstrap_servers, topic, known, _epoch_ms(to_time, "to time"), stable)
         if to_time
         else {}
     )
@@ -78,7 +75,7 @@ def resolve(
     for p in chosen:
         one = dataclasses.replace(request, partitions=(p,), from_offset=starts.get(p), to_offset=ends.get(p))
         try:
-            chunks += validate(one, pipeline.topic, kafka, positions, committed)
+            chunks += validate(one, topic, kafka, positions, committed)
         except BackfillError as exc:
             problems.append(str(exc).split(": ", 1)[-1])
     if problems:
@@ -94,6 +91,22 @@ def resolve(
     return chunks
 
 
+def backfill_topic(pipeline: pipelines.Pipeline, topic: str | None) -> str:
+    """The topic a backfill request is of: the one named, or the pipeline's only one."""
+    if topic is None:
+        if len(pipeline.topics) > 1:
+            raise BackfillError(
+                f"pipeline {pipeline.name!r} reads {', '.join(pipeline.topics)}: a backfill is of one topic; "
+                "name it (--topic); nothing was run"
+            )
+        return pipeline.topics[0]
+    if topic not in pipeline.topics:
+        raise BackfillError(
+            f"pipeline {pipeline.name!r} does not read {topic!r}; it reads {', '.join(pipeline.topics)}"
+        )
+    return topic
+
+
 class _Facts:
     """What Kafka and the warehouse say about a pipeline's topic, as a backfill is validated against."""
 
@@ -107,23 +120,22 @@ class _Facts:
         self.kafka, self.positions, self.committed, self.topic_id = kafka, positions, committed, topic_id
 
     @classmethod
-    def read(cls, settings: Settings, conn: psycopg.Connection, pipeline: pipelines.Pipeline) -> _Facts:
+    def read(
+        cls, settings: Settings, conn: psycopg.Connection, pipeline: pipelines.Pipeline, topic: str
+    ) -> _Facts:
         """Raises BackfillError for a missing or re-created topic: nothing can be backfilled then."""
         try:
-            current = topic_id(settings.bootstrap_servers, pipeline.topic)
-            kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, InitialOffset("earliest"))
+            current = topic_id(settings.bootstrap_servers, topic)
+            kafka = partition_offsets(settings.bootstrap_servers, topic, InitialOffset("earliest"))
             check_topic_identity(
-                pipeline.name,
-                pipeline.topic,
-                current,
-                store.stored_topic_ids(conn, pipeline.name, pipeline.topic),
+                pipeline.name, topic, current, store.stored_topic_ids(conn, pipeline.name, topic)
             )
         except (TopicMissingError, TopicRecreatedError) as exc:
             raise BackfillError(str(exc)) from None
         return cls(
             kafka,
-            store.positions(conn, pipeline.name, pipeline.topic),
-            store.committed_span(conn, pipeline.name, pipeline.topic),
+            store.positions(conn, pipeline.name, topic),
+            store.committed_span(conn, pipeline.name, topic),
             current,
         )
 
@@ -143,9 +155,15 @@ def plan_chunk(
             f"{chunk} is not of pipeline {pipeline.name!r}, which reads {', '.join(pipeline.topics)}; "
             "nothing was run"
         )
-    facts = _Facts.read(settings, conn, pipeline)
+    facts = _Facts.read(settings, conn, pipeline, chunk.topic)
     request = BackfillRequest(
-        pipeline.name, kind, (chunk.partition,), chunk.start, chunk.end, chunk_size=max(chunk.span, 1)
+        pipeline.name,
+        kind,
+        (chunk.partition,),
+        chunk.start,
+        chunk.end,
+        chunk_size=max(chunk.span, 1),
+        topic=chunk.topic,
     )
     if validate(request, chunk.topic, facts.kafka, facts.positions, facts.committed) != [chunk]:
         raise BackfillError(f"{chunk} does not validate as one chunk of a {kind}; nothing was run")

@@ -206,25 +206,30 @@ def _staged_counts(
     plan: Plan,
     records_read: Mapping[Key, int],
 ) -> dict[Key, PartitionCounts]:
+    # Per (topic, partition): a pipeline may read several topics.
     written = (
-        dict(conn.execute(sql.SQL("select kafka_partition, count(*) from {} group by 1").format(stage)))
+        {
+            (t, p): n
+            for t, p, n in conn.execute(
+                sql.SQL("select kafka_topic, kafka_partition, count(*) from {} group by 1, 2").format(stage)
+            )
+        }
         if _exists(conn, stage)
         else {}  # nothing was staged: a plan with no records to read, or a step skipped (caught below)
     )
-    rejected = dict(
-        conn.execute(
-            "select kafka_partition, count(*) from staging.rejected "
-            "where batch_id = %s and pipeline = %s group by 1",
+    rejected = {
+        (t, p): n
+        for t, p, n in conn.execute(
+            "select kafka_topic, kafka_partition, count(*) from staging.rejected "
+            "where batch_id = %s and pipeline = %s group by 1, 2",
             (plan.batch_id, pipeline.name),
         ).fetchall()
-    )
+    }
     counts: dict[Key, PartitionCounts] = {}
     wrong = []
     for r in plan.ranges:
         key = (r.topic, r.partition)
-        c = PartitionCounts(
-            records_read.get(key, 0), written.get(r.partition, 0), rejected.get(r.partition, 0)
-        )
+        c = PartitionCounts(records_read.get(key, 0), written.get(key, 0), rejected.get(key, 0))
         if c.written + c.rejected != c.read:
             wrong.append(f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected")
         counts[key] = c

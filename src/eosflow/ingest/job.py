@@ -148,22 +148,25 @@ def _plan(
     existing = store.load_plan(conn, batch_id)
     if existing is not None:
         return existing
-    current_id = topic_id(settings.bootstrap_servers, pipeline.topic)
-    kafka = partition_offsets(settings.bootstrap_servers, pipeline.topic, pipeline.initial_offset)
-    if store.has_committed(conn, pipeline.name):
-        # The initial policy is for a pipeline's first run; a partition added later starts at its
-        # beginning, or records produced to it before this run would be skipped.
-        kafka = {p: dataclasses.replace(o, initial=None) for p, o in kafka.items()}
-    parts = plan_partitions(
-        pipeline.name,
-        pipeline.topic,
-        kafka,
-        store.positions(conn, pipeline.name, pipeline.topic),
-        max_records or pipeline.max_records_per_partition,
-        acknowledge_data_loss,
-        current_id,
-        store.stored_topic_ids(conn, pipeline.name, pipeline.topic),
-    )
+    first_run = not store.has_committed(conn, pipeline.name)
+    parts = []
+    for topic in pipeline.topics:
+        current_id = topic_id(settings.bootstrap_servers, topic)
+        kafka = partition_offsets(settings.bootstrap_servers, topic, pipeline.initial_offset)
+        if not first_run:
+            # The initial policy is for a pipeline's first run; a partition (or topic) added later
+            # starts at its beginning, or records produced to it before this run would be skipped.
+            kafka = {p: dataclasses.replace(o, initial=None) for p, o in kafka.items()}
+        parts += plan_partitions(
+            pipeline.name,
+            topic,
+            kafka,
+            store.positions(conn, pipeline.name, topic),
+            max_records or pipeline.max_records_per_partition,
+            acknowledge_data_loss,
+            current_id,
+            store.stored_topic_ids(conn, pipeline.name, topic),
+        )
     saved = store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, tuple(parts)))
     return saved, None
 
@@ -183,18 +186,19 @@ def _read_transform_stage(
     from eosflow.ingest.read import check_within_plan, data_loss_as_error, read_plan
     from eosflow.ingest.spark_session import get_spark
     from eosflow.ingest.stage import stage
-    from eosflow.ingest.transform import transform_orders
+    from eosflow.ingest.transform import transform
 
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
     fault_point("before_read")
     with timer("read+transform+stage"), data_loss_as_error(plan, settings.bootstrap_servers):
-        result = transform_orders(
+        result = transform(
             read_plan(spark, settings.bootstrap_servers, plan),
             pipeline=pipeline.name,
             batch_id=plan.batch_id,
             transform_version=pipeline.transform_version,
             max_value_bytes=pipeline.max_value_bytes,
+            schema=pipeline.schema,
         )
         staged = stage(settings, pipeline, plan.batch_id, result)
     records_read = check_within_plan(plan, staged.read)

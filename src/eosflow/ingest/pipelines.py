@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
 
-TRANSFORMS = ("orders",)
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
 DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
@@ -58,7 +58,7 @@ class Pipeline:
     name: str
     topics: tuple[str, ...]
     target_table: str
-    transform: str
+    schema: RecordSchema
     transform_version: str
     initial_offset: InitialOffset
     max_records_per_partition: int
@@ -111,6 +111,20 @@ def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
     return found[name]
 
 
+# The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where
+# they come from and go.
+SCHEMA_SETTINGS = ("format", "key", "columns", "business_key")
+
+
+def declaration(path: Path, name: str) -> dict:
+    """Pipeline `name`'s record settings in `path`, as written: for tools that declare a pipeline like
+    another one (the lab and the bench run the project's own orders declaration on topics of their own)."""
+    spec = (yaml.safe_load(path.read_text()) or {}).get("pipelines", {}).get(name)
+    if not isinstance(spec, dict):
+        raise PipelineConfigError(f"{path}: no pipeline {name!r} to copy the declaration of")
+    return {k: spec[k] for k in SCHEMA_SETTINGS if k in spec}
+
+
 def _transform_version(raw: object, where: str) -> str:
     """Stamped on every output row: printable text only (a NUL would fail every COPY of the pipeline)."""
     text = str(raw)
@@ -131,7 +145,10 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     known = {
         "topics",
         "target_table",
-        "transform",
+        "format",
+        "key",
+        "columns",
+        "business_key",
         "transform_version",
         "initial_offset",
         "max_records_per_partition",
@@ -141,8 +158,15 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     topics = spec.get("topics")
-    if not isinstance(topics, list) or len(topics) != 1 or not all(isinstance(t, str) and t for t in topics):
-        raise PipelineConfigError(f"{where}: topics must be a list with exactly one topic name")
+    if (
+        not isinstance(topics, list)
+        or not topics
+        or not all(isinstance(t, str) and t for t in topics)
+        or len(set(topics)) != len(topics)
+    ):
+        raise PipelineConfigError(
+            f"{where}: topics must be a list of one or more distinct topic names (records of the same schema)"
+        )
     table = str(spec.get("target_table", ""))
     if not _TABLE.match(table):
         raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
@@ -152,9 +176,10 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
             f"{where}: target_table {table!r} is in schema {schema!r}, which eosflow or Postgres keeps for "
             "itself; put the output in a schema of its own, e.g. raw.<table>"
         )
-    transform = spec.get("transform", "orders")
-    if transform not in TRANSFORMS:
-        raise PipelineConfigError(f"{where}: transform {transform!r} unknown; available: {list(TRANSFORMS)}")
+    try:
+        schema = parse_schema(spec, where)
+    except DeclarationError as exc:
+        raise PipelineConfigError(str(exc)) from None
 
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
@@ -170,7 +195,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         name=name,
         topics=tuple(topics),
         target_table=table,
-        transform=transform,
+        schema=schema,
         transform_version=_transform_version(spec.get("transform_version", "v1"), where),
         initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
         max_records_per_partition=positive("max_records_per_partition", 500_000),

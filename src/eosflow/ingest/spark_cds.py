@@ -91,6 +91,7 @@ def _training_run(out: Path) -> None:
     from eosflow.ingest import spark_session
     from eosflow.ingest.transform import BatchCheck, arrow_source
     from eosflow.produce import events
+    from eosflow.schema.declaration import parse_schema
 
     recording = f"-XX:ArchiveClassesAtExit={out} {_QUIET}"
     spark = spark_session.get_spark(settings_mod.load(), "eosflow-cds-training", class_archive=recording)
@@ -103,7 +104,21 @@ def _training_run(out: Path) -> None:
         "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
         "timestampType int, headers array<struct<key: string, value: binary>>"
     )
-    check = BatchCheck(pipeline="p", batch_id="b", transform_version="v", max_value_bytes=4096)
+    declared = parse_schema(
+        {
+            "columns": [
+                {"name": "event_id", "type": "uuid", "required": True},
+                {"name": "event_time", "type": "timestamptz"},
+                {"name": "amount_cents", "type": "bigint", "min": 1},
+                {"name": "currency", "type": "text", "pattern": "^[A-Z]{3}"},
+                {"name": "order_id", "type": "text"},
+            ]
+        },
+        "cds training",
+    )
+    check = BatchCheck(
+        pipeline="p", batch_id="b", transform_version="v", max_value_bytes=4096, schema=declared
+    )
 
     def count(batches):
         import pyarrow as pa

@@ -25,19 +25,12 @@ import psycopg
 
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.ingest.store import create_staging
-from eosflow.ingest.transform import (
-    REJECTED_COLUMNS,
-    VALID_COLUMNS,
-    BatchCheck,
-    TransformResult,
-    arrow_source,
-)
+from eosflow.ingest.transform import REJECTED_COLUMNS, BatchCheck, TransformResult, arrow_source
 from eosflow.settings import Settings
 
 Key = tuple[str, int]  # (topic, partition)
 
 _TALLY_SCHEMA = "kafka_topic string, kafka_partition int, rejected boolean, n long, lo long, hi long"
-_VALID_NAMES = [name for name, _ in VALID_COLUMNS]
 _REJECTED_NAMES = [name for name, _ in REJECTED_COLUMNS]
 
 
@@ -61,8 +54,10 @@ def stage(settings: Settings, pipeline: Pipeline, batch_id: str, result: Transfo
 
 def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator], Iterator]:
     """The function each Spark task runs over its Arrow batches of Kafka records (for mapInArrow)."""
-    valid_copy = _copy_sql(table, VALID_COLUMNS)
-    rejected_copy = _copy_sql("staging.rejected", REJECTED_COLUMNS)
+    valid_names = check.valid_names
+    valid_copy = _copy_sql(table, valid_names)
+    rejected_copy = _copy_sql("staging.rejected", _REJECTED_NAMES)
+    key_bytes = check.schema.key == "bytes"
 
     def write(batches: Iterator) -> Iterator:
         import pyarrow as pa
@@ -81,7 +76,8 @@ def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator],
                     ),
                     tally,
                 )
-                valid.write(checked.filter(pc.invert(mask)).select(_VALID_NAMES))
+                rows = checked.filter(pc.invert(mask)).select(valid_names)
+                valid.write(_with_hex_bytes(rows, ("kafka_key",)) if key_bytes else rows)
                 rejected.write(_with_hex_bytes(checked.filter(mask).select(_REJECTED_NAMES)))
         keys = list(tally)
         yield pa.RecordBatch.from_arrays(
@@ -97,19 +93,18 @@ def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator],
     return write
 
 
-def _with_hex_bytes(rows):
-    """Rejected rows with raw_key/raw_value in bytea's hex input format (CSV leaves the backslash alone)."""
+def _with_hex_bytes(rows, names: Sequence[str] = ("raw_key", "raw_value")):
+    """Rows with their binary columns in bytea's hex input format (CSV leaves the backslash alone)."""
     import pyarrow as pa
 
-    for name in ("raw_key", "raw_value"):
+    for name in names:
         hexed = pa.array([None if b is None else "\\x" + b.hex() for b in rows.column(name).to_pylist()])
         rows = rows.set_column(rows.schema.get_field_index(name), name, hexed.cast(pa.string()))
     return rows
 
 
-def _copy_sql(table: str, columns: list[tuple[str, str]]) -> str:
-    names = ", ".join(name for name, _ in columns)
-    return f"copy {table} ({names}) from stdin (format csv)"
+def _copy_sql(table: str, names: Sequence[str]) -> str:
+    return f"copy {table} ({', '.join(names)}) from stdin (format csv)"
 
 
 def _count(table, tally: dict[tuple[str, int, bool], list[int]]) -> None:

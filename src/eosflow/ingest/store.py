@@ -12,6 +12,7 @@ from psycopg import sql
 
 from eosflow.ingest.pipelines import Pipeline, PipelineConfigError
 from eosflow.ingest.ranges import PartitionPlan, Plan
+from eosflow.schema import ddl
 
 
 def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, int | None]:
@@ -177,32 +178,50 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
 
 
 def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
-    """The pipeline's output table, made from the transform's template unless it exists."""
+    """The pipeline's output table as declared: made if missing, optional columns added if new.
+
+    Anything else that differs from the declaration is refused (eosflow.schema.ddl), before a
+    record is read.
+    """
     schema, table = pipeline.target_table.split(".")
-    template = sql.SQL("raw.orders")  # the orders transform's table, made by migration 002
     target = sql.Identifier(schema, table)
+    keyed = pipeline.delivery == "exactly_once"
     with conn.transaction():
         # `create ... if not exists` races in the catalog when two runs of a new pipeline start at once.
         conn.execute(
             "select pg_advisory_xact_lock(hashtext(%s))", (f"eosflow.ensure_target:{pipeline.target_table}",)
         )
         conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
-        if pipeline.delivery != "exactly_once":
+        conn.execute(ddl.create_table(pipeline.target_table, pipeline.schema, keyed=keyed))
+        try:
+            statements = ddl.additions(
+                pipeline.target_table,
+                pipeline.schema,
+                _existing_columns(conn, pipeline.target_table),
+                pipeline.name,
+            )
+        except ddl.IncompatibleTargetError as exc:
+            raise PipelineConfigError(str(exc)) from None
+        for statement in statements:
+            conn.execute(statement)
+        if not keyed:
             # The comparison modes write where a plain consumer would: a table without the offsets'
             # key, so the duplicates at-least-once produces land and can be counted, not refused.
-            conn.execute(
-                sql.SQL("create table if not exists {} (like {} including defaults)").format(target, template)
-            )
             conn.execute(
                 sql.SQL(
                     "create index if not exists {} on {} (kafka_topic, kafka_partition, kafka_offset)"
                 ).format(sql.Identifier(f"{table}_offsets"), target)
             )
             _refuse_keyed_target(conn, pipeline)
-        elif pipeline.target_table != "raw.orders":
-            conn.execute(
-                sql.SQL("create table if not exists {} (like {} including all)").format(target, template)
-            )
+
+
+def _existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing]:
+    rows = conn.execute(
+        "select attname, format_type(atttypid, atttypmod), attnotnull from pg_attribute "
+        "where attrelid = %s::regclass and attnum > 0 and not attisdropped order by attnum",
+        (table,),
+    ).fetchall()
+    return [ddl.Existing(name, type_, not_null) for name, type_, not_null in rows]
 
 
 def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:

@@ -1,15 +1,36 @@
-"""Kafka records -> typed order rows, or rejected rows with a reason; every input row exactly once.
+"""Kafka records -> typed rows of the pipeline's declared columns, or rejected rows with a reason.
 
 `BatchCheck` turns one Arrow batch of Kafka records (Spark's Kafka batch source with
-`includeHeaders=true`, as `arrow_source` hands it to Python) into one checked batch: the order
-fields typed (NULL for a rejected row) and one deterministic `error` column (NULL = valid), so
-re-running a batch gives the same rows, which the exactly-once commit relies on. The rules
-themselves are in `eosflow.ingest.checks`; the ones on the Kafka columns (timestamp, key, headers)
-are here, vectorized, since they look at a whole column at once.
+`includeHeaders=true`, as `arrow_source` hands it to Python) into one checked batch: the declared
+columns typed (NULL for a rejected row) and one deterministic `error` column (NULL = valid), so
+re-running a batch gives the same rows, which the exactly-once commit relies on. The value's rules
+are the declaration's (eosflow.schema.record); the ones on the Kafka columns are here, vectorized,
+since they look at a whole column at once. Checks, in order; the first one that fails is the row's
+only error:
 
-`transform_orders` is the same transform on a Spark DataFrame, lazily: nothing runs a Spark job
-until the caller writes or collects. The staging step does not go through it twice: it runs
-`BatchCheck` inside the same Python task that COPYs the rows (eosflow.ingest.stage).
+1. ``invalid timestamp: <ms> ms since 1970-01-01 is before 0001-01-01|after 9999-12-31 in UTC
+   (kafka_timestamp is NULL)``: Kafka's timestamp, outside the years a timestamptz may take here
+   (and Arrow's CSV writer cannot even write a year past 32767). No row can keep it, the rejected
+   one included, so this check comes first: its reason is where the timestamp survives. Kafka 4
+   takes any past timestamp by default, and any future one on a topic that allows it: a producer
+   writing microseconds lands in year 57970. The milliseconds are the ones Spark hands over: its
+   Kafka source shifts instants before 1582-10-15 (Julian to Gregorian), and fails the whole read
+   on one beyond its microsecond range (past about year 294247)
+2. the value's checks (eosflow.schema.record): null value, oversized, not UTF-8, not JSON, missing,
+   mistyped and invalid fields
+3. ``invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the
+   bytes)``: only for `key: text`; `key: bytes` keeps any key exactly
+4. ``invalid header: <name> holds a NUL character, which Postgres jsonb cannot store``:
+   kafka_headers is jsonb; a NUL in the name shows as ``?``
+
+A text key or header value that is not UTF-8 is not rejected: it lands with U+FFFD in place of
+each invalid sequence (Python's "replace" for the key, Spark's make_valid_utf8 for header values),
+deterministic but not faithful; only a rejected row keeps the key's bytes (raw_key), and `key:
+bytes` keeps every key's.
+
+`transform` is the same check on a Spark DataFrame, lazily: nothing runs a Spark job until the
+caller writes or collects. The staging step does not go through it twice: it runs `BatchCheck`
+inside the same Python task that COPYs the rows (eosflow.ingest.stage).
 """
 
 from __future__ import annotations
@@ -18,62 +39,35 @@ import gc
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eosflow.ingest.checks import FIELDS, check_value
+from eosflow.schema.arrow import UTC_MICROS, to_arrow, valid_columns
+from eosflow.schema.declaration import RecordSchema
+from eosflow.schema.record import RecordCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-VALID_COLUMNS: list[tuple[str, str]] = [
-    ("kafka_topic", "string"),
-    ("kafka_partition", "int"),
-    ("kafka_offset", "bigint"),
-    ("kafka_timestamp", "timestamp"),
-    ("kafka_key", "string"),
-    ("kafka_headers", "string"),
-    ("event_id", "string"),
-    ("event_type", "string"),
-    ("event_time", "timestamp"),
-    ("order_id", "string"),
-    ("customer_id", "string"),
-    ("amount_cents", "bigint"),
-    ("currency", "string"),
-    ("schema_version", "int"),
-    ("batch_id", "string"),
-    ("transform_version", "string"),
+REJECTED_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("pipeline", pa.string()),
+    ("kafka_topic", pa.string()),
+    ("kafka_partition", pa.int32()),
+    ("kafka_offset", pa.int64()),
+    ("kafka_timestamp", UTC_MICROS),
+    ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()),
+    ("error", pa.string()),
+    ("batch_id", pa.string()),
 ]
 
-REJECTED_COLUMNS: list[tuple[str, str]] = [
-    ("pipeline", "string"),
-    ("kafka_topic", "string"),
-    ("kafka_partition", "int"),
-    ("kafka_offset", "bigint"),
-    ("kafka_timestamp", "timestamp"),
-    ("raw_key", "binary"),
-    ("raw_value", "binary"),
-    ("error", "string"),
-    ("batch_id", "string"),
-]
 
-# Both halves' columns and `error`, in one batch: one pass over the source can write both.
-CHECKED_COLUMNS: list[tuple[str, str]] = list(
-    dict([("pipeline", "string"), *VALID_COLUMNS, *REJECTED_COLUMNS]).items()
-)
-
-_UTC_MICROS = pa.timestamp("us", tz="UTC")
-_ARROW_TYPES = {
-    "string": pa.string(),
-    "int": pa.int32(),
-    "bigint": pa.int64(),
-    "timestamp": _UTC_MICROS,
-    "binary": pa.binary(),
-}
-_FIELD_TYPES = [_ARROW_TYPES[dict(VALID_COLUMNS)[f.name]] for f in FIELDS]
-_NO_FIELDS = (None,) * len(FIELDS)
+def checked_columns(schema: RecordSchema) -> list[tuple[str, pa.DataType]]:
+    """Both halves' columns and `error`, in one batch: one pass over the source can write both."""
+    return list(dict([("pipeline", pa.string()), *valid_columns(schema), *REJECTED_COLUMNS]).items())
 
 
 @dataclass(frozen=True)
@@ -84,36 +78,55 @@ class BatchCheck:
     batch_id: str
     transform_version: str
     max_value_bytes: int
+    schema: RecordSchema
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
             raise ValueError(f"max_value_bytes must be >= 1, got {self.max_value_bytes}")
 
+    @cached_property
+    def _record(self) -> RecordCheck:
+        return RecordCheck(self.schema, self.max_value_bytes)
+
+    @cached_property
+    def columns(self) -> list[tuple[str, pa.DataType]]:
+        return checked_columns(self.schema)
+
+    @property
+    def valid_names(self) -> list[str]:
+        return [name for name, _ in valid_columns(self.schema)]
+
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
+        check = self._record
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            results = [check_value(v, self.max_value_bytes) for v in batch.column("value").to_pylist()]
+            results = [check(v) for v in batch.column("value").to_pylist()]
         finally:
             if gc_was_enabled:
                 gc.enable()
         timestamps = _reject_unstorable_timestamps(results, batch.column("timestamp"))
-        _reject_unstorable_kafka_columns(results, batch.column("key"), batch.column("kafka_headers"))
+        keys = batch.column("key")
+        if self.schema.key == "text":
+            _reject_nul_keys(results, keys)
+        _reject_nul_headers(results, batch.column("kafka_headers"))
         errors = [error for error, _ in results]
-        fields = list(zip(*(typed or _NO_FIELDS for _, typed in results), strict=True)) or [()] * len(FIELDS)
+        declared = self.schema.columns
+        empty = (None,) * len(declared)
+        fields = list(zip(*(typed or empty for _, typed in results), strict=True)) or [()] * len(declared)
         columns: dict[str, pa.Array] = {
             "pipeline": _constant(self.pipeline, n),
             "kafka_topic": batch.column("topic"),
             "kafka_partition": batch.column("partition"),
             "kafka_offset": batch.column("offset"),
             "kafka_timestamp": timestamps,
-            "kafka_key": _text(batch.column("key")),
+            "kafka_key": _text(keys) if self.schema.key == "text" else keys,
             "kafka_headers": batch.column("kafka_headers"),
-            **{f.name: pa.array(fields[i], _FIELD_TYPES[i]) for i, f in enumerate(FIELDS)},
-            "raw_key": batch.column("key"),
+            **{c.name: to_arrow(c, fields[i]) for i, c in enumerate(declared)},
+            "raw_key": keys,
             "raw_value": batch.column("value"),
             "error": pa.array(errors, pa.string()),
             "batch_id": _constant(self.batch_id, n),
@@ -121,8 +134,8 @@ class BatchCheck:
         }
         # The cast also turns Spark's large_string/large_binary, and any zone, into the declared types.
         return pa.RecordBatch.from_arrays(
-            [columns[name].cast(_ARROW_TYPES[t]) for name, t in CHECKED_COLUMNS],
-            names=[name for name, _ in CHECKED_COLUMNS],
+            [columns[name].cast(arrow_type) for name, arrow_type in self.columns],
+            names=[name for name, _ in self.columns],
         )
 
     def batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -136,7 +149,7 @@ _Result = tuple[str | None, list | None]
 
 # The instants every reader of the warehouse gets back exactly, in Spark's microseconds since
 # 1970-01-01 UTC: Postgres refuses year 0 in the form the COPY writes, Arrow's CSV writer cannot
-# write a year past 32767, and no Python client reads a year past 9999 (as checks._storable_instant).
+# write a year past 32767, and no Python client reads a year past 9999 (as types.storable_instant).
 _FIRST_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 _LAST_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
 
@@ -149,7 +162,7 @@ def _reject_unstorable_timestamps(results: list[_Result], timestamps: pa.Array) 
     timestamp (not even a rejected row), and the reason is the only place it survives. One
     vectorized test per batch; only a batch with a hit is looked at row by row.
     """
-    micros = timestamps.cast(_UTC_MICROS).cast(pa.int64())
+    micros = timestamps.cast(UTC_MICROS).cast(pa.int64())
     outside = pc.or_(pc.less(micros, _FIRST_MICROS), pc.greater(micros, _LAST_MICROS))
     if not pc.any(outside).as_py():
         return timestamps
@@ -166,19 +179,25 @@ def _reject_unstorable_timestamps(results: list[_Result], timestamps: pa.Array) 
 NUL_IN_KEY = "invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the bytes)"
 
 
-def _reject_unstorable_kafka_columns(results: list[_Result], keys: pa.Array, headers: pa.Array) -> None:
-    """Reject, in `results`, the valid records whose key or headers Postgres cannot store.
+def _reject_nul_keys(results: list[_Result], keys: pa.Array) -> None:
+    """Reject, in `results`, the valid records whose text key holds a NUL (Postgres text cannot).
 
-    kafka_key is text and kafka_headers jsonb: neither holds a NUL character. (A key of binary
-    numbers holds NULs too: such topics need their key kept as bytes.) Both tests are vectorized
-    and only the rows they hit are looked at: a NUL in the headers' JSON arrives as the escape
-    \\u0000, which a header may also hold as plain text (an escaped backslash), so a hit is parsed.
+    A key of binary numbers holds NULs too: such topics declare `key: bytes`. Vectorized; only the
+    rows it hits are looked at.
     """
     nul_keys = pc.match_substring(keys.cast(pa.binary()), "\x00")
     if pc.any(nul_keys).as_py():
         for i, hit in enumerate(nul_keys.to_pylist()):
             if hit and results[i][0] is None:
                 results[i] = (NUL_IN_KEY, None)
+
+
+def _reject_nul_headers(results: list[_Result], headers: pa.Array) -> None:
+    """Reject, in `results`, the valid records whose headers Postgres jsonb cannot store.
+
+    A NUL in the headers' JSON arrives as the escape \\u0000, which a header may also hold as plain
+    text (an escaped backslash), so a hit of the vectorized test is parsed.
+    """
     escaped = pc.match_substring(headers.cast(pa.string()), "\\u0000")
     if pc.any(escaped).as_py():
         texts = headers.to_pylist()
@@ -216,18 +235,35 @@ def _text(keys: pa.Array) -> pa.Array:
         return pa.array([_decode(k) for k in keys.to_pylist()], pa.string())
 
 
-def _spark_ddl(columns: list[tuple[str, str]]) -> str:
-    return ", ".join(f"{name} {spark_type}" for name, spark_type in columns)
+def spark_type(arrow_type: pa.DataType) -> str:
+    """The Spark SQL type that receives an Arrow column of `arrow_type` from mapInArrow."""
+    if pa.types.is_decimal(arrow_type):
+        return f"decimal({arrow_type.precision},{arrow_type.scale})"
+    return _SPARK_TYPES[arrow_type]
 
 
-CHECKED_DDL = _spark_ddl(CHECKED_COLUMNS)
+_SPARK_TYPES = {
+    pa.string(): "string",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    UTC_MICROS: "timestamp",
+    pa.binary(): "binary",
+    pa.bool_(): "boolean",
+    pa.float64(): "double",
+    pa.date32(): "date",
+}
+
+
+def spark_ddl(columns: list[tuple[str, pa.DataType]]) -> str:
+    return ", ".join(f"{name} {spark_type(arrow_type)}" for name, arrow_type in columns)
 
 
 @dataclass(frozen=True)
 class TransformResult:
     """The source and its check; `checked` is every input row once, `valid` and `rejected` its halves.
 
-    All three are lazy DataFrames; the halves have exactly VALID_COLUMNS and REJECTED_COLUMNS.
+    All three are lazy DataFrames; the halves have exactly the schema's valid columns and
+    REJECTED_COLUMNS.
     """
 
     source: DataFrame
@@ -235,13 +271,13 @@ class TransformResult:
 
     @property
     def checked(self) -> DataFrame:
-        return arrow_source(self.source).mapInArrow(self.check.batches, CHECKED_DDL)
+        return arrow_source(self.source).mapInArrow(self.check.batches, spark_ddl(self.check.columns))
 
     @property
     def valid(self) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return self.checked.where(F.col("error").isNull()).select([n for n, _ in VALID_COLUMNS])
+        return self.checked.where(F.col("error").isNull()).select(self.check.valid_names)
 
     @property
     def rejected(self) -> DataFrame:
@@ -270,8 +306,14 @@ def arrow_source(df: DataFrame) -> DataFrame:
     )
 
 
-def transform_orders(
-    df: DataFrame, *, pipeline: str, batch_id: str, transform_version: str, max_value_bytes: int
+def transform(
+    df: DataFrame,
+    *,
+    pipeline: str,
+    batch_id: str,
+    transform_version: str,
+    max_value_bytes: int,
+    schema: RecordSchema,
 ) -> TransformResult:
-    """Split Kafka order records into typed `valid` rows and `rejected` rows (see eosflow.ingest.checks)."""
-    return TransformResult(df, BatchCheck(pipeline, batch_id, transform_version, max_value_bytes))
+    """Split Kafka records into typed `valid` rows of the declared columns and `rejected` rows."""
+    return TransformResult(df, BatchCheck(pipeline, batch_id, transform_version, max_value_bytes, schema))

@@ -19,6 +19,7 @@ import psycopg
 import yaml
 
 from eosflow import settings as settings_mod
+from eosflow.ingest import pipelines
 from eosflow.kafka_admin import ensure_topic
 from eosflow.lab.outcome import Tally, tally
 from eosflow.produce import events
@@ -93,7 +94,7 @@ class Lab:
         self._declared[name] = {
             "topics": [p.topic],
             "target_table": p.table,
-            "transform": "orders",
+            **pipelines.declaration(self.settings.root / "pipelines.yml", "orders"),
             "transform_version": "v1",
             "initial_offset": "earliest",
             "max_records_per_partition": 1_000_000,

@@ -1,0 +1,1 @@
+"""A pipeline's declared record schema -> its typed checks, Arrow columns and target table."""

@@ -1,0 +1,214 @@
+"""A pipeline's record schema as declared in pipelines.yml: format, key, columns, business key.
+
+Parsing refuses anything it cannot honour before a record is read, with the column and the
+setting named: an unknown type, a pattern that does not compile, an enum value of the wrong type,
+a JSON path it cannot follow, a column name that would collide with eosflow's own columns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
+
+FORMATS = ("json",)
+KEY_KINDS = ("text", "bytes")
+# Columns every target has besides the declared ones (eosflow.schema.ddl).
+RESERVED_COLUMNS = frozenset(
+    {
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "kafka_key",
+        "kafka_headers",
+        "batch_id",
+        "transform_version",
+        "pipeline",
+        "error",
+        "raw_key",
+        "raw_value",
+    }
+)
+_COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\s*\]")
+_COLUMN_KEYS = ("name", "type", "required", "source", "enum", "pattern", "min", "max")
+
+
+class DeclarationError(ValueError):
+    """A declaration eosflow cannot honour; the message names the column and the setting."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    required: bool = False
+    path: tuple[str | int, ...] = ()  # steps into the JSON document: keys and array indexes
+    source: str = ""  # the path as declared, for messages ("$.customer.id")
+    enum: frozenset | None = None
+    enum_text: str = ""  # the enum as the declaration lists it, for messages
+    pattern: re.Pattern | None = None
+    min: object = None
+    max: object = None
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """What a pipeline's records hold and how each becomes a row of its target."""
+
+    columns: tuple[Column, ...]
+    format: str = "json"
+    key: str = "text"
+    business_key: str | None = None
+
+    @property
+    def exact_decimals(self) -> bool:
+        return any(c.type.exact_decimals for c in self.columns)
+
+
+def parse_schema(spec: dict, where: str) -> RecordSchema:
+    """The RecordSchema of a pipeline's `format`, `key`, `columns` and `business_key` settings."""
+    fmt = spec.get("format", "json")
+    if fmt not in FORMATS:
+        raise DeclarationError(f"{where}: format {fmt!r} unknown; one of {list(FORMATS)}")
+    key = spec.get("key", "text")
+    if key not in KEY_KINDS:
+        raise DeclarationError(
+            f"{where}: key {key!r} unknown; one of {list(KEY_KINDS)} (text keeps a UTF-8 key as text, "
+            "bytes keeps any key exactly as bytea)"
+        )
+    raw_columns = spec.get("columns")
+    if not isinstance(raw_columns, list) or not raw_columns:
+        raise DeclarationError(
+            f"{where}: columns must be a list of at least one column, "
+            "e.g. [{name: id, type: uuid, required: true}]"
+        )
+    columns = tuple(_column(c, f"{where}: column {i + 1}") for i, c in enumerate(raw_columns))
+    names = [c.name for c in columns]
+    if duplicated := sorted({n for n in names if names.count(n) > 1}):
+        raise DeclarationError(f"{where}: column name(s) declared twice: {duplicated}")
+    business_key = spec.get("business_key")
+    if business_key is not None:
+        if business_key not in names:
+            raise DeclarationError(
+                f"{where}: business_key {business_key!r} is not a declared column; declared: {names}"
+            )
+        column = columns[names.index(business_key)]
+        if not column.required or column.type.is_array or column.type.declared == "jsonb":
+            raise DeclarationError(
+                f"{where}: business_key {business_key!r} must be a required scalar column "
+                "(I6 deduplicates on it; a NULL or a jsonb value cannot identify a record)"
+            )
+    return RecordSchema(columns=columns, format=fmt, key=key, business_key=business_key)
+
+
+def _column(spec: object, where: str) -> Column:
+    if not isinstance(spec, dict):
+        raise DeclarationError(f"{where}: expected a mapping such as {{name: id, type: text}}")
+    if unknown := sorted(set(spec) - set(_COLUMN_KEYS)):
+        raise DeclarationError(f"{where}: unknown setting(s) {unknown}; known: {list(_COLUMN_KEYS)}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not _COLUMN_NAME.fullmatch(name):
+        raise DeclarationError(
+            f"{where}: name {name!r} must be lower-case letters, digits and _, starting with a letter or _, "
+            "at most 63 characters (a Postgres column name that needs no quoting)"
+        )
+    where = f"{where} ({name})"
+    if name in RESERVED_COLUMNS:
+        raise DeclarationError(
+            f"{where}: {name!r} is one of eosflow's own columns ({', '.join(sorted(RESERVED_COLUMNS))}); "
+            f"name it otherwise and point source at the field, e.g. {{name: event_{name}, source: $.{name}}}"
+        )
+    try:
+        ctype = parse_type(spec.get("type"))
+    except UnknownTypeError as exc:
+        raise DeclarationError(f"{where}: {exc}") from None
+    required = spec.get("required", False)
+    if type(required) is not bool:
+        raise DeclarationError(f"{where}: required must be true or false, not {required!r}")
+    source = spec.get("source", f"$.{name}")
+    path = parse_path(source, where)
+    scalar = ctype.element or ctype
+    column = Column(name=name, type=ctype, required=required, path=path, source=str(source))
+    return Column(
+        **{
+            **column.__dict__,
+            **_enum(spec, scalar, where),
+            **_pattern(spec, scalar, where),
+            **_bounds(spec, scalar, where),
+        }
+    )
+
+
+def parse_path(source: object, where: str) -> tuple[str | int, ...]:
+    """`$.a.b`, `$.a[0]`, `$['a b']` -> the steps ("a", "b"), ("a", 0), ("a b",)."""
+    text = str(source)
+    if not text.startswith("$"):
+        raise DeclarationError(
+            f"{where}: source {text!r} must be a JSON path starting with $, e.g. $.customer.id"
+        )
+    steps: list[str | int] = []
+    at = 1
+    while at < len(text):
+        m = _PATH_STEP.match(text, at)
+        if m is None:
+            raise DeclarationError(
+                f"{where}: source {text!r} cannot be followed at {text[at:]!r}; "
+                "use .name, ['any name'] or [index] steps, e.g. $.items[0].sku"
+            )
+        name, single, double, index = m.groups()
+        steps.append(
+            int(index) if index is not None else next(s for s in (name, single, double) if s is not None)
+        )
+        at = m.end()
+    if not steps:
+        raise DeclarationError(
+            f"{where}: source {text!r} names the whole record; point it at a field, e.g. $.id"
+        )
+    return tuple(steps)
+
+
+def _enum(spec: dict, scalar: ColumnType, where: str) -> dict:
+    if "enum" not in spec:
+        return {}
+    values = spec["enum"]
+    if not isinstance(values, list) or not values:
+        raise DeclarationError(f"{where}: enum must be a non-empty list of allowed values")
+    if scalar.declared not in ("text", "uuid", "bigint", "integer", "boolean"):
+        raise DeclarationError(f"{where}: enum applies to text, uuid, bigint, integer and boolean columns")
+    typed = [scalar.accept(v) for v in values]
+    if BAD in typed:
+        bad = values[typed.index(BAD)]
+        raise DeclarationError(f"{where}: enum value {bad!r} is not a {scalar.declared} ({scalar.expected})")
+    return {"enum": frozenset(typed), "enum_text": ", ".join(str(v) for v in values)}
+
+
+def _pattern(spec: dict, scalar: ColumnType, where: str) -> dict:
+    if "pattern" not in spec:
+        return {}
+    if scalar.declared != "text":
+        raise DeclarationError(f"{where}: pattern applies to text columns (and text[])")
+    try:
+        return {"pattern": re.compile(str(spec["pattern"]))}
+    except re.error as exc:
+        raise DeclarationError(
+            f"{where}: pattern {spec['pattern']!r} is not a regular expression: {exc}"
+        ) from None
+
+
+def _bounds(spec: dict, scalar: ColumnType, where: str) -> dict:
+    bounds = {}
+    for key in ("min", "max"):
+        if key not in spec:
+            continue
+        if not scalar.ordered:
+            raise DeclarationError(f"{where}: {key} applies to bigint, integer, double and numeric columns")
+        value = scalar.accept(spec[key])
+        if value is BAD:
+            raise DeclarationError(f"{where}: {key} {spec[key]!r} is not a {scalar.declared}")
+        bounds[key] = value
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise DeclarationError(f"{where}: min {spec['min']!r} is above max {spec['max']!r}")
+    return bounds

@@ -1,0 +1,295 @@
+"""The column types a declaration may name: how a JSON value is accepted, stored and written.
+
+Strict typing, no coercion: each type takes exactly the JSON values whose meaning it keeps (a JSON
+integer is not a string "12", true is not 1, 1.5 is not an integer), and refuses what Postgres would
+refuse to store (a NUL in text, an instant outside years 1-9999, a numeric with more digits than
+declared), so that a value COPY cannot write becomes a rejected row, never a failed batch.
+
+A type is parsed once from its declared spelling (`text`, `numeric(12,2)`, `timestamptz[]`) into a
+`ColumnType`; `accept` and `unstorable` are plain functions so a check runs them per record cheaply.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pyarrow as pa
+
+
+class _Bad:
+    """The marker for "not of the column's type", compared by identity.
+
+    Spark ships a check to its workers with cloudpickle, which copies closures' globals by value: a
+    plain object() would arrive as a second object that `is BAD` no longer matches. Pickled as a
+    reference to this module's BAD, it stays one.
+    """
+
+    def __reduce__(self) -> str:
+        return "BAD"
+
+    def __repr__(self) -> str:
+        return "BAD"
+
+
+BAD = _Bad()  # a value does not have the column's type
+
+_NUL = "\x00"
+NUL_IN_TEXT = "holds a NUL character, which Postgres text cannot store"
+NUL_IN_JSON = "holds a NUL character, which Postgres jsonb cannot store"
+INSTANT_RANGE = "before 0001-01-01 or after 9999-12-31 in UTC"
+
+# fullmatch, and [0-9] rather than \d: Python's \d also matches non-ASCII digits.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# An explicit zone is required: without one, the instant would depend on a time zone setting.
+_INSTANT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|[+-][0-9]{2}:[0-5][0-9])"
+)
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_MAX_OFFSET = timedelta(hours=18)  # the zone offsets Java and Postgres accept
+_INT64 = range(-(2**63), 2**63)
+_INT32 = range(-(2**31), 2**31)
+_NUMERIC = re.compile(r"numeric\(\s*([0-9]+)\s*,\s*([0-9]+)\s*\)")
+MAX_NUMERIC_PRECISION = 38  # Arrow's decimal128, which carries the value to the COPY exactly
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """One declared type: its spelling, Postgres and Arrow types, and how a JSON value becomes one."""
+
+    declared: str  # as written in the declaration, normalized: "numeric(12,2)", "text[]"
+    postgres: str  # the target column's type
+    arrow: pa.DataType  # the type the checked batch carries to the COPY
+    expected: str  # what a "mistyped field" error says was expected
+    accept: Callable[[object], object]  # the JSON value -> the typed value, or BAD
+    unstorable: Callable[[object], str | None]  # a typed value Postgres would refuse -> why
+    element: ColumnType | None = None  # for arrays: the type of each element
+    ordered: bool = False  # min/max apply
+    exact_decimals: bool = False  # its values must be parsed as Decimal (numeric beyond 15 digits)
+
+    @property
+    def is_array(self) -> bool:
+        return self.element is not None
+
+
+def _storable(_: object) -> None:
+    return None
+
+
+def _text(v: object) -> object:
+    return v if type(v) is str else BAD
+
+
+def _no_nul(v: str) -> str | None:
+    return NUL_IN_TEXT if _NUL in v else None
+
+
+def _uuid(v: object) -> object:
+    # Lower case only, so a business key (deduplicated downstream) has a single spelling.
+    return v if type(v) is str and _UUID.fullmatch(v) else BAD
+
+
+def _int64(v: object) -> object:
+    # type() is int: bool is a subclass of int, and true is not a number.
+    return v if type(v) is int and v in _INT64 else BAD
+
+
+def _int32(v: object) -> object:
+    return v if type(v) is int and v in _INT32 else BAD
+
+
+def _double(v: object) -> object:
+    """A JSON number as a double; an integer only when the double holds it exactly."""
+    t = type(v)
+    if t is float:
+        return v
+    if t is Decimal:
+        f = float(v)
+        return f if math.isfinite(f) else BAD
+    if t is int:
+        try:
+            f = float(v)
+        except OverflowError:
+            return BAD
+        return f if int(f) == v else BAD
+    return BAD
+
+
+def _boolean(v: object) -> object:
+    return v if type(v) is bool else BAD
+
+
+def instant(v: object) -> object:
+    """An ISO-8601 instant with its zone as an aware datetime; digits beyond microseconds truncated.
+
+    The pattern decides what is accepted; fromisoformat (which would take more forms) only reads
+    it, and refuses impossible dates and times (2026-02-30, 24:00, second 60, year 0).
+    """
+    if type(v) is not str or _INSTANT.fullmatch(v) is None:
+        return BAD
+    try:
+        value = datetime.fromisoformat(v)
+    except ValueError:
+        return BAD
+    if v[-1] != "Z" and abs(value.utcoffset()) > _MAX_OFFSET:
+        return BAD
+    return value
+
+
+def storable_instant(v: datetime) -> str | None:
+    # Year 1 with a positive zone offset is year 0 in UTC, which Postgres refuses; past 9999 no
+    # Python client reads it back.
+    try:
+        v.astimezone(UTC)
+    except OverflowError:
+        return INSTANT_RANGE
+    return None
+
+
+def _date(v: object) -> object:
+    if type(v) is not str or _DATE.fullmatch(v) is None:
+        return BAD
+    try:
+        return date.fromisoformat(v)  # refuses 2026-02-30 and year 0
+    except ValueError:
+        return BAD
+
+
+def _jsonb(v: object) -> object:
+    return v  # any JSON value; JSON null is a missing value before it gets here
+
+
+def _jsonb_unstorable(v: object) -> str | None:
+    return NUL_IN_JSON if _holds_nul(v) else None
+
+
+def _holds_nul(node: object) -> bool:
+    t = type(node)
+    if t is str:
+        return _NUL in node
+    if t is dict:
+        return any(_NUL in k or _holds_nul(x) for k, x in node.items())
+    if t is list:
+        return any(_holds_nul(x) for x in node)
+    return False
+
+
+def _numeric(precision: int, scale: int) -> tuple[Callable, Callable]:
+    whole_digits = precision - scale
+
+    def accept(v: object) -> object:
+        t = type(v)
+        if t is Decimal:
+            return v
+        if t is int:
+            return Decimal(v)
+        if t is float:
+            # repr is the shortest text that reads back as this double: for up to 15 significant
+            # digits it is the number as written (precision above 15 parses JSON as Decimal).
+            return Decimal(repr(v))
+        return BAD
+
+    def unstorable(v: Decimal) -> str | None:
+        sign, digits, exponent = v.normalize().as_tuple() if v else (0, (0,), 0)
+        decimals = max(0, -exponent)
+        if decimals > scale:
+            return f"more than {scale} decimal places, got {v}"
+        if len(digits) + exponent > whole_digits:
+            return f"more than {whole_digits} digits before the point, got {v}"
+        return None
+
+    return accept, unstorable
+
+
+_SCALARS: dict[str, tuple[str, pa.DataType, str, Callable, Callable, bool]] = {
+    # declared: (postgres, arrow, expected, accept, unstorable, ordered)
+    "text": ("text", pa.string(), "string", _text, _no_nul, False),
+    "uuid": ("uuid", pa.string(), "lower-case canonical UUID string", _uuid, _storable, False),
+    "bigint": ("bigint", pa.int64(), "64-bit integer", _int64, _storable, True),
+    "integer": ("integer", pa.int32(), "32-bit integer", _int32, _storable, True),
+    "double": ("double precision", pa.float64(), "number", _double, _storable, True),
+    "boolean": ("boolean", pa.bool_(), "true or false", _boolean, _storable, False),
+    "timestamptz": (
+        "timestamptz",
+        pa.timestamp("us", tz="UTC"),
+        "ISO-8601 timestamp string with zone, e.g. 2026-01-01T00:00:00Z",
+        instant,
+        storable_instant,
+        False,
+    ),
+    "date": ("date", pa.date32(), "date string YYYY-MM-DD", _date, _storable, False),
+    "jsonb": ("jsonb", pa.string(), "any JSON value", _jsonb, _jsonb_unstorable, False),
+}
+TYPE_NAMES = (*_SCALARS, "numeric(p,s)", "<any of these but jsonb>[]")
+
+
+class UnknownTypeError(ValueError):
+    """A declared type eosflow does not know; the message lists the ones it does."""
+
+
+def parse_type(declared: object) -> ColumnType:
+    """The ColumnType a declaration spells, e.g. 'bigint', 'numeric(12,2)', 'text[]'."""
+    text = re.sub(r"\s+", " ", str(declared).strip().lower())
+    if text.endswith("[]"):
+        element = parse_type(text[:-2])
+        if element.is_array or element.declared == "jsonb":
+            raise UnknownTypeError(f"type {declared!r}: arrays hold scalars only (not jsonb, not arrays)")
+        return ColumnType(
+            declared=text,
+            postgres=f"{element.postgres}[]",
+            arrow=pa.string(),  # written as a Postgres array literal (eosflow.schema.values)
+            expected=f"array of {element.expected}",
+            accept=_array_of(element),
+            unstorable=_each(element.unstorable),
+            element=element,
+            exact_decimals=element.exact_decimals,
+        )
+    if m := _NUMERIC.fullmatch(text):
+        precision, scale = int(m[1]), int(m[2])
+        if not 1 <= precision <= MAX_NUMERIC_PRECISION or scale > precision:
+            raise UnknownTypeError(
+                f"type {declared!r}: numeric(p,s) needs 1 <= p <= {MAX_NUMERIC_PRECISION} and 0 <= s <= p"
+            )
+        accept, unstorable = _numeric(precision, scale)
+        return ColumnType(
+            declared=f"numeric({precision},{scale})",
+            postgres=f"numeric({precision},{scale})",
+            arrow=pa.decimal128(precision, scale),
+            expected="number",
+            accept=accept,
+            unstorable=unstorable,
+            ordered=True,
+            exact_decimals=precision > 15,
+        )
+    if text in ("double precision", "float8"):
+        text = "double"
+    if text not in _SCALARS:
+        raise UnknownTypeError(f"type {declared!r} unknown; known: {', '.join(TYPE_NAMES)}")
+    postgres, arrow, expected, accept, unstorable, ordered = _SCALARS[text]
+    return ColumnType(text, postgres, arrow, expected, accept, unstorable, ordered=ordered)
+
+
+def _array_of(element: ColumnType) -> Callable[[object], object]:
+    accept = element.accept
+
+    def accept_array(v: object) -> object:
+        if type(v) is not list:
+            return BAD
+        typed = [BAD if x is None else accept(x) for x in v]  # a NULL element is not the type either
+        return BAD if BAD in typed else typed
+
+    return accept_array
+
+
+def _each(unstorable: Callable[[object], str | None]) -> Callable[[list], str | None]:
+    def each(values: list) -> str | None:
+        for v in values:
+            if (why := unstorable(v)) is not None:
+                return why
+        return None
+
+    return each
