@@ -27,7 +27,7 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
 
     @dag(
         dag_id=ingest_dag_id(pipeline.name),
-        description=f"{pipeline.topic} -> {pipeline.target_table}, exactly once",
+        description=f"{', '.join(pipeline.topics)} -> {pipeline.target_table}, exactly once",
         schedule=interval,
         start_date=START,
         catchup=False,
@@ -43,8 +43,8 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
                 "them in the ledger as a 'lost' range and the run continues from the log start",
             ),
         },
-        doc_md=f"Ingests `{pipeline.topic}` into `{pipeline.target_table}`: plan (persisted, reused by "
-        "retries), the Spark job (read_committed, one commit transaction), then the invariants. "
+        doc_md=f"Ingests `{', '.join(pipeline.topics)}` into `{pipeline.target_table}`: plan (persisted, "
+        "reused by retries), the Spark job (read_committed, one commit transaction), then the invariants. "
         "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`.",
     )
     def ingest():
@@ -75,6 +75,11 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
                 "catch-up",
                 enum=list(MODES),
                 description="catch-up: forward from the stored position; replay: re-read committed",
+            ),
+            "topic": Param(
+                None,
+                type=["null", "string"],
+                description="the topic, for a pipeline reading several (empty: the pipeline's only topic)",
             ),
             "partitions": Param("all", type="string", description="all, or a list like 0,2"),
             "from_offset": Param(

@@ -125,6 +125,7 @@ def validate_backfill() -> list[list[str]]:
             params.get("from_offset"),
             params.get("to_offset"),
             int(params.get("chunk_size") or 100_000),
+            topic=params.get("topic") or None,
         )
         chunks = backfill_run.resolve(
             EosflowHook().settings(),

@@ -27,8 +27,14 @@ from psycopg.rows import dict_row
 from eosflow.settings import Settings
 
 ROWS_SHOWN = 5  # offending rows read back per failing test
-PASSING = ("pass", "success", "warn")  # dbt's statuses that do not fail a verification (warn: none
-# of the project's tests has severity warn; if one had, it would be shown but not fail)
+PASSING = ("pass", "success", "warn", "not checked")  # statuses that do not fail a verification (warn:
+# none of the project's tests has severity warn; if one had, it would be shown but not fail; not checked:
+# I6 of a pipeline that declares no business key)
+I6_TEST = "no_duplicate_business_keys"
+# The marts (tag `orders`) read these columns: they are built for pipelines that declare them all.
+MART_COLUMNS = frozenset(
+    {"event_id", "event_type", "event_time", "order_id", "customer_id", "amount_cents", "currency"}
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +117,15 @@ def run_dbt(
     output_table: str,
     select: Sequence[str] | None = None,
     timeout_s: float = 600,
+    business_key: str | None = "event_id",
+    marts: bool = True,
 ) -> VerifyResult:
-    """`dbt build` of the project for one pipeline; `output_table` is `schema.table` (or `table` in raw)."""
+    """`dbt build` of the project for one pipeline; `output_table` is `schema.table` (or `table` in raw).
+
+    business_key: the column I6 checks (None: I6 is left out and reported as not checked); marts:
+    whether the orders marts apply (the pipeline declares their columns). The defaults are the
+    orders declaration's.
+    """
     schema, _, table = output_table.rpartition(".")
     schema = schema or "raw"
     target_dir, log_dir = dbt_dirs(settings, pipeline_name)
@@ -124,11 +137,17 @@ def run_dbt(
         _dbt_executable(), "build",
         "--project-dir", str(project), "--profiles-dir", str(project),
         "--target-path", str(target_dir), "--log-path", str(log_dir),
-        "--vars", json.dumps({"pipeline": pipeline_name, "output_table": table, "output_schema": schema}),
+        "--vars", json.dumps({
+            "pipeline": pipeline_name, "output_table": table, "output_schema": schema,
+            "business_key": business_key or "",
+        }),
         "--no-use-colors",
     ]  # fmt: skip
     if select:
         cmd += ["--select", *select]
+    excluded = ([] if business_key else [I6_TEST]) + ([] if marts else ["tag:orders"])
+    if excluded:
+        cmd += ["--exclude", *excluded]
     env = dict(
         os.environ,
         EOSFLOW_PG_HOST=settings.pg_host,
@@ -142,6 +161,17 @@ def run_dbt(
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     output = done.stdout + done.stderr
     checks = _read_results(settings, target_dir) if results_path.exists() else ()
+    if not business_key:
+        checks = (
+            CheckResult(
+                I6_TEST,
+                "I6",
+                "not checked",
+                0,
+                message=f"pipeline {pipeline_name!r} declares no business_key",
+            ),
+            *checks,
+        )
     return VerifyResult(pipeline_name, done.returncode, checks, output, target_dir)
 
 
@@ -191,4 +221,11 @@ def verify_pipeline(settings: Settings, pipeline_name: str) -> VerifyResult:
     from eosflow.ingest import pipelines
 
     pipeline = pipelines.load(settings, pipeline_name)
-    return run_dbt(settings, pipeline.name, pipeline.target_table)
+    declared = {c.name for c in pipeline.schema.columns}
+    return run_dbt(
+        settings,
+        pipeline.name,
+        pipeline.target_table,
+        business_key=pipeline.schema.business_key,
+        marts=declared >= MART_COLUMNS,
+    )

@@ -161,6 +161,7 @@ def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page)
     assert conf == {
         "pipeline": pipeline.name,
         "mode": "replay",
+        "topic": None,  # left empty: the pipeline's only topic
         "partitions": "0",
         "from_offset": None,
         "to_offset": None,

@@ -33,7 +33,7 @@ INVARIANT_TESTS = {
     "I3": "rows_inside_committed_ranges",
     "I4": "range_counts_reconcile",
     "I5": "positions_match_ledger",
-    "I6": "no_duplicate_event_ids",
+    "I6": "no_duplicate_business_keys",
 }
 PRODUCED = ((201, 400), (202, 300))  # (seed, count) of each produce + ingest round
 
@@ -145,7 +145,7 @@ def test_invariant_tests_are_described_and_severity_error(clean):
     for invariant, name in INVARIANT_TESTS.items():
         assert tests[name]["description"].startswith(f"{invariant}."), name
         assert tests[name]["config"]["severity"].lower() == "error", name
-    assert "idempotent producer" in tests["no_duplicate_event_ids"]["description"]
+    assert "idempotent producer" in tests["no_duplicate_business_keys"]["description"]
 
 
 def test_marts_match_what_was_produced(ingested, clean):
@@ -259,7 +259,7 @@ CORRUPTIONS: dict[str, tuple[str, Callable[[Ingested], dict[str, Any]]]] = {
     "orphan_row": ("rows_inside_committed_ranges", _orphan_row),
     "count_mismatch": ("range_counts_reconcile", _count_mismatch),
     "stale_position": ("positions_match_ledger", _stale_position),
-    "producer_duplicate": ("no_duplicate_event_ids", _producer_duplicate),
+    "producer_duplicate": ("no_duplicate_business_keys", _producer_duplicate),
 }
 
 

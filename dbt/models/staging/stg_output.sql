@@ -8,23 +8,11 @@ source as (
 
 renamed as (
 
+    -- Every pipeline's target has the Kafka columns, its declared columns, batch_id and
+    -- transform_version (docs/DESIGN.md, "Declared columns"): all of them, with the pipeline's name.
     select
         '{{ var("pipeline") }}'::text as pipeline,
-        kafka_topic,
-        kafka_partition,
-        kafka_offset,
-        kafka_timestamp,
-        kafka_key,
-        event_id,
-        event_type,
-        event_time,
-        order_id,
-        customer_id,
-        amount_cents,
-        currency,
-        schema_version,
-        batch_id,
-        transform_version
+        source.*
 
     from source
 

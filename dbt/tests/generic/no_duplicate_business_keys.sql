@@ -1,8 +1,8 @@
 {#-
-    I6: no business key (event id) appears twice in the output.
-    With I1 holding, a duplicate sits at two different offsets: the producer wrote the event
+    I6: no business key (the pipeline's declared business_key column) appears twice in the output.
+    With I1 holding, a duplicate sits at two different offsets: the producer wrote the record
     twice (retries without idempotence). The fix is the idempotent producer, not the ingestion.
-    One row per duplicated event id: how many copies, every topic[partition]@offset holding one,
+    One row per duplicated key: how many copies, every topic[partition]@offset holding one,
     and the committed data range (and when it was committed) of each copy, which dates the
     producer's misbehaviour.
 
@@ -11,23 +11,23 @@
     per event id) is exactly what consumers need meanwhile; a test of stg_output alone would skip
     order_events and event_counts_hourly on every run from then on.
 -#}
-{% test no_duplicate_event_ids(model, column_name, ledger) %}
+{% test no_duplicate_business_keys(model, key, ledger) %}
 
 with
 
 occurrences as (
 
-    select {{ column_name }} as event_id, kafka_topic, kafka_partition, kafka_offset
+    select {{ adapter.quote(key) }}::text as business_key, kafka_topic, kafka_partition, kafka_offset
     from {{ model }}
-    where {{ column_name }} is not null
+    where {{ adapter.quote(key) }} is not null
 
 ),
 
 duplicated_ids as (
 
-    select event_id
+    select business_key
     from occurrences
-    group by event_id
+    group by business_key
     having count(*) > 1
 
 ),
@@ -43,7 +43,7 @@ copies as (
         ) as committed_in
 
     from occurrences
-    inner join duplicated_ids on occurrences.event_id = duplicated_ids.event_id
+    inner join duplicated_ids on occurrences.business_key = duplicated_ids.business_key
     left join lateral (
         select start_offset, end_offset, committed_at
         from {{ ledger }}
@@ -61,7 +61,7 @@ copies as (
 duplicated as (
 
     select
-        event_id,
+        business_key,
         count(*) as copies,
         string_agg(
             kafka_topic || '[' || kafka_partition || ']@' || kafka_offset, ', '
@@ -70,11 +70,11 @@ duplicated as (
         string_agg(committed_in, ', ' order by kafka_partition, kafka_offset) as committed_in
 
     from copies
-    group by event_id
+    group by business_key
 
 )
 
 select * from duplicated
-order by event_id
+order by business_key
 
 {% endtest %}
