@@ -7,6 +7,7 @@ are; the Spark job receives the same values as EOSFLOW_* variables.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from airflow.sdk.bases.hook import BaseHook
 
@@ -27,12 +28,13 @@ class EosflowHook(BaseHook):
         self.kafka_conn_id = kafka_conn_id
 
     def settings(self) -> settings_mod.Settings:
+        """The connections' settings: `kafka_default`'s extra is the whole Kafka client configuration
+        (as the Kafka provider keeps it: bootstrap.servers, security.protocol, sasl.*, ...), the
+        warehouse connection's extra the libpq parameters beyond host, port, database and login."""
         base = settings_mod.load()
         wh = self.get_connection(self.warehouse_conn_id)
-        bootstrap = self.get_connection(self.kafka_conn_id).extra_dejson.get(
-            "bootstrap.servers", base.bootstrap_servers
-        )
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
+        kafka = dict(self.get_connection(self.kafka_conn_id).extra_dejson)
+        bootstrap = str(kafka.pop("bootstrap.servers", "") or base.bootstrap_servers)
         return dataclasses.replace(
             base,
             pg_host=wh.host or base.pg_host,
@@ -40,12 +42,13 @@ class EosflowHook(BaseHook):
             pg_database=wh.schema or base.pg_database,
             pg_user=wh.login or base.pg_user,
             pg_password=wh.password or base.pg_password,
-            kafka_host=host or base.kafka_host,
-            kafka_port=int(port or base.kafka_port),
+            pg_options=tuple(sorted((k, str(v)) for k, v in wh.extra_dejson.items())) or base.pg_options,
+            kafka_bootstrap=bootstrap,
+            kafka_config=tuple(sorted((k, str(v)) for k, v in kafka.items())) or base.kafka_config,
         )
 
     def job_env(self, settings: settings_mod.Settings | None = None) -> dict[str, str]:
-        """The same settings as environment for the spark-submit'ed job."""
+        """The same settings as environment for the spark-submit'ed job (eosflow.settings.load reads it)."""
         s = settings or self.settings()
         return {
             "EOSFLOW_PG_HOST": s.pg_host,
@@ -53,6 +56,7 @@ class EosflowHook(BaseHook):
             "EOSFLOW_PG_DATABASE": s.pg_database,
             "EOSFLOW_PG_USER": s.pg_user,
             "EOSFLOW_PG_PASSWORD": s.pg_password,
-            "EOSFLOW_KAFKA_HOST": s.kafka_host,
-            "EOSFLOW_KAFKA_PORT": str(s.kafka_port),
+            "EOSFLOW_PG_OPTIONS": json.dumps(dict(s.pg_options)),
+            "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS": s.bootstrap_servers,
+            "EOSFLOW_KAFKA_CONFIG": json.dumps(dict(s.kafka_config)),
         }

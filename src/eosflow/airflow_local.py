@@ -45,7 +45,7 @@ def connections(settings: Settings) -> dict[str, str]:
         },
         "AIRFLOW_CONN_KAFKA_DEFAULT": {
             "conn_type": "kafka",
-            "extra": {"bootstrap.servers": settings.bootstrap_servers},
+            "extra": settings.kafka,  # the whole client configuration (the Kafka provider's form)
         },
         "AIRFLOW_CONN_WAREHOUSE": {
             "conn_type": "postgres",
@@ -54,6 +54,7 @@ def connections(settings: Settings) -> dict[str, str]:
             "schema": settings.pg_database,
             "login": settings.pg_user,
             "password": settings.pg_password,
+            "extra": dict(settings.pg_options),  # sslmode, sslrootcert, ...
         },
     }
     return {name: os.environ.get(name) or json.dumps(value) for name, value in conns.items()}

@@ -37,14 +37,14 @@ def run(settings: Settings, log=print) -> int:
     stack.up(settings, log=log)
     pipeline = pipelines.load(settings, PIPELINE)
     seed = secrets.randbits(31)
-    ensure_topic(settings.bootstrap_servers, pipeline.topic, PARTITIONS, log=log)
+    ensure_topic(settings.kafka, pipeline.topic, PARTITIONS, log=log)
 
     delivery = Delivery(transactional_id=f"eosflow-demo-{seed}", txn_size=200, abort_ratio=0.2)
     log(
         f"1/3 producing {COUNT:,} events to {pipeline.topic}: transactions of {delivery.txn_size}, "
         f"{delivery.abort_ratio:.0%} aborted on purpose, plus {len(MALFORMED)} malformed records"
     )
-    producer = EventProducer(settings.bootstrap_servers, pipeline.topic, delivery, seed=seed)
+    producer = EventProducer(settings.kafka, pipeline.topic, delivery, seed=seed)
     manifest = produce_stream(producer, events.generate(seed, COUNT), seed)
     manifest.write(settings.state_dir / "manifests" / f"demo-{seed}.json")
     _produce_malformed(settings, pipeline.topic)
@@ -109,7 +109,7 @@ def _run_dag(settings: Settings, log) -> str | None:
 
 
 def _produce_malformed(settings: Settings, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
+    producer = Producer({**settings.kafka, "enable.idempotence": True})
     for value in MALFORMED:
         producer.produce(topic, value=value, key=b"demo-malformed")
     producer.flush(10)

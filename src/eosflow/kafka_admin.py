@@ -5,14 +5,15 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from eosflow.kafka_client import KafkaConfig, client_config
 from eosflow.stack.errors import StackError
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+def admin(kafka: str | KafkaConfig) -> AdminClient:
+    return AdminClient(client_config(kafka))
 
 
-def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int | None:
+def partition_count(bootstrap: str | KafkaConfig, topic: str, timeout: float = 10.0) -> int | None:
     meta = admin(bootstrap).list_topics(topic=topic, timeout=timeout)
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
@@ -21,7 +22,7 @@ def partition_count(bootstrap: str, topic: str, timeout: float = 10.0) -> int | 
 
 
 def ensure_topic(
-    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None, log=print
+    bootstrap: str | KafkaConfig, topic: str, partitions: int, config: dict[str, str] | None = None, log=print
 ) -> int:
     """Create the topic with `partitions`, or grow it to that many (Kafka cannot shrink a topic).
 
@@ -45,7 +46,7 @@ def ensure_topic(
     return have
 
 
-def delete_topic(bootstrap: str, topic: str) -> None:
+def delete_topic(bootstrap: str | KafkaConfig, topic: str) -> None:
     client = admin(bootstrap)  # held until the futures resolve: a collected client fails them (_DESTROY)
     futures = client.delete_topics([topic], operation_timeout=30)
     try:

@@ -6,15 +6,35 @@ See the README's "Configuration" table for the full list.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
+
+from psycopg.conninfo import make_conninfo
 
 
 def _project_root() -> Path:
     # src/eosflow/settings.py -> project root; EOSFLOW_HOME wins so an installed copy can point anywhere.
     env = os.environ.get("EOSFLOW_HOME")
     return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+
+
+def _json_object(name: str) -> tuple[tuple[str, str], ...]:
+    """An environment variable holding a JSON object of settings, as sorted (name, text) pairs."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return ()
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        example = '{"name": "value"}'
+        raise SystemExit(f"{name} is not JSON ({exc}); set it to an object like {example}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str | int | bool) for v in value.values()):
+        raise SystemExit(f"{name} must be a JSON object of names to strings or numbers")
+    pairs = ((str(k), str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items())
+    return tuple(sorted(pairs))
 
 
 def _int(name: str, default: int) -> int:
@@ -48,10 +68,36 @@ class Settings:
     kafka_proxied_port: int = 0
     kafka_proxy_port: int = 19094  # where toxiproxy listens for Kafka; advertised for PROXIED
     toxiproxy_api_port: int = 18474
+    # The user's own Kafka: several brokers (EOSFLOW_KAFKA_BOOTSTRAP_SERVERS, instead of host and
+    # port) and the rest of the client configuration (EOSFLOW_KAFKA_CONFIG: SASL, TLS, ...).
+    kafka_bootstrap: str = ""
+    kafka_config: tuple[tuple[str, str], ...] = ()
+    # libpq connection parameters beyond host, port, database, user, password (EOSFLOW_PG_OPTIONS:
+    # sslmode, sslrootcert, ...).
+    pg_options: tuple[tuple[str, str], ...] = ()
+    # The local stack's SASL/PLAIN listener (user eosflow, password EOSFLOW_KAFKA_SASL_PASSWORD), for
+    # testing clients against a broker that requires authentication. 0 = off.
+    kafka_sasl_port: int = 19095
+    kafka_sasl_password: str = "eosflow-sasl"
 
     @property
     def bootstrap_servers(self) -> str:
+        return self.kafka_bootstrap or self.stack_bootstrap_servers
+
+    @property
+    def stack_bootstrap_servers(self) -> str:
+        """The local stack's broker (`eosflow stack`), whatever Kafka the pipelines use."""
         return f"{self.kafka_host}:{self.kafka_port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The local stack's SASL/PLAIN listener (user `eosflow`, password kafka_sasl_password)."""
+        return f"{self.kafka_host}:{self.kafka_sasl_port}"
+
+    @property
+    def kafka(self) -> dict[str, str]:
+        """The whole Kafka client configuration every client eosflow makes gets (eosflow.kafka_client)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.kafka_config)}
 
     @property
     def proxied_bootstrap_servers(self) -> str:
@@ -60,16 +106,25 @@ class Settings:
 
     @property
     def warehouse_dsn(self) -> str:
-        return (
-            f"host={self.pg_host} port={self.pg_port} dbname={self.pg_database} "
-            f"user={self.pg_user} password={self.pg_password}"
+        # make_conninfo quotes each value: a password with spaces, quotes or backslashes stays itself.
+        return make_conninfo(
+            host=self.pg_host,
+            port=self.pg_port,
+            dbname=self.pg_database,
+            user=self.pg_user,
+            password=self.pg_password,
+            **dict(self.pg_options),
         )
 
     @property
     def warehouse_uri(self) -> str:
-        return (
-            f"postgresql://{self.pg_user}:{self.pg_password}@{self.pg_host}:{self.pg_port}/{self.pg_database}"
+        """The same connection as a URI (Airflow's connections take this form), every part quoted."""
+        query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in self.pg_options)
+        user, password, database = (
+            quote(x, safe="") for x in (self.pg_user, self.pg_password, self.pg_database)
         )
+        uri = f"postgresql://{user}:{password}@{self.pg_host}:{self.pg_port}/{database}"
+        return uri + (f"?{query}" if query else "")
 
     @property
     def airflow_home(self) -> Path:
@@ -96,4 +151,9 @@ def load() -> Settings:
         kafka_proxied_port=_int("EOSFLOW_KAFKA_PROXIED_PORT", 0),
         kafka_proxy_port=_int("EOSFLOW_KAFKA_PROXY_PORT", 19094),
         toxiproxy_api_port=_int("EOSFLOW_TOXIPROXY_PORT", 18474),
+        kafka_bootstrap=os.environ.get("EOSFLOW_KAFKA_BOOTSTRAP_SERVERS", "").strip(),
+        kafka_config=_json_object("EOSFLOW_KAFKA_CONFIG"),
+        pg_options=_json_object("EOSFLOW_PG_OPTIONS"),
+        kafka_sasl_port=_int("EOSFLOW_KAFKA_SASL_PORT", 19095),
+        kafka_sasl_password=os.environ.get("EOSFLOW_KAFKA_SASL_PASSWORD", "eosflow-sasl"),
     )

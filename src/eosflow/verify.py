@@ -31,6 +31,15 @@ PASSING = ("pass", "success", "warn", "not checked")  # statuses that do not fai
 # none of the project's tests has severity warn; if one had, it would be shown but not fail; not checked:
 # I6 of a pipeline that declares no business key)
 I6_TEST = "no_duplicate_business_keys"
+# libpq's environment variables for the connection parameters a warehouse may need beyond the profile's.
+_LIBPQ_ENV = {
+    "sslrootcert": "PGSSLROOTCERT",
+    "sslcert": "PGSSLCERT",
+    "sslkey": "PGSSLKEY",
+    "sslcrl": "PGSSLCRL",
+    "target_session_attrs": "PGTARGETSESSIONATTRS",
+    "options": "PGOPTIONS",
+}
 # The marts (tag `orders`) read these columns: they are built for pipelines that declare them all.
 MART_COLUMNS = frozenset(
     {"event_id", "event_type", "event_time", "order_id", "customer_id", "amount_cents", "currency"}
@@ -155,6 +164,10 @@ def run_dbt(
         EOSFLOW_PG_DATABASE=settings.pg_database,
         EOSFLOW_PG_USER=settings.pg_user,
         EOSFLOW_PG_PASSWORD=settings.pg_password,
+        # dbt's profile (dbt/profiles.yml) takes sslmode; libpq reads the rest of the parameters
+        # (sslrootcert, ...) from its own PG* variables, which dbt's connection inherits.
+        EOSFLOW_PG_SSLMODE=dict(settings.pg_options).get("sslmode", "prefer"),
+        **{_LIBPQ_ENV[k]: v for k, v in settings.pg_options if k in _LIBPQ_ENV},
         DBT_LOG_PATH=str(log_dir),
         DBT_TARGET_PATH=str(target_dir),
     )

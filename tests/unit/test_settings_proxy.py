@@ -40,6 +40,7 @@ def env(monkeypatch):
     for name in ("EOSFLOW_KAFKA_HOST", "EOSFLOW_KAFKA_PORT", "EOSFLOW_KAFKA_CONTROLLER_PORT", *PROXY_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EOSFLOW_STATE_DIR", "/srv/eosflow-state")
+    monkeypatch.setenv("EOSFLOW_KAFKA_SASL_PORT", "0")  # the SASL listener has its own test below
     return monkeypatch
 
 
@@ -86,3 +87,20 @@ def test_a_port_that_is_not_a_number_says_which_variable(env):
     env.setenv("EOSFLOW_KAFKA_PROXIED_PORT", "on")
     with pytest.raises(SystemExit, match="EOSFLOW_KAFKA_PROXIED_PORT='on' is not a whole number"):
         settings_mod.load()
+
+
+def test_the_sasl_listener_is_one_more_listener_requiring_plain_logins(env):
+    env.setenv("EOSFLOW_KAFKA_SASL_PORT", "19095")
+    env.setenv("EOSFLOW_KAFKA_SASL_PASSWORD", 'pa"ss')
+    s = settings_mod.load()
+    props = KafkaService(s)._server_properties()
+    added = set(props.splitlines()) - set(BEFORE_THE_OPTION.splitlines())
+    assert added == {
+        "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093,SASL_PLAINTEXT://127.0.0.1:19095",
+        "advertised.listeners=PLAINTEXT://127.0.0.1:19092,SASL_PLAINTEXT://127.0.0.1:19095",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms=PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
+        'PlainLoginModule required user_eosflow="pa\\"ss";',
+    }
+    assert KafkaService(s).ports()["EOSFLOW_KAFKA_SASL_PORT"] == 19095

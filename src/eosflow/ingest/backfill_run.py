@@ -59,12 +59,12 @@ def resolve(
     stable = {p: o.stable_end for p, o in kafka.items()}
     known = [p for p in chosen if p in kafka]
     starts = (
-        offsets_for_time(settings.bootstrap_servers, topic, known, _epoch_ms(from_time, "from time"), stable)
+        offsets_for_time(settings.kafka, topic, known, _epoch_ms(from_time, "from time"), stable)
         if from_time
         else {}
     )
     ends = (
-        offsets_for_time(settings.bootstrap_servers, topic, known, _epoch_ms(to_time, "to time"), stable)
+        offsets_for_time(settings.kafka, topic, known, _epoch_ms(to_time, "to time"), stable)
         if to_time
         else {}
     )
@@ -125,8 +125,8 @@ class _Facts:
     ) -> _Facts:
         """Raises BackfillError for a missing or re-created topic: nothing can be backfilled then."""
         try:
-            current = topic_id(settings.bootstrap_servers, topic)
-            kafka = partition_offsets(settings.bootstrap_servers, topic, InitialOffset("earliest"))
+            current = topic_id(settings.kafka, topic)
+            kafka = partition_offsets(settings.kafka, topic, InitialOffset("earliest"))
             check_topic_identity(
                 pipeline.name, topic, current, store.stored_topic_ids(conn, pipeline.name, topic)
             )

@@ -151,8 +151,8 @@ def _plan(
     first_run = not store.has_committed(conn, pipeline.name)
     parts = []
     for topic in pipeline.topics:
-        current_id = topic_id(settings.bootstrap_servers, topic)
-        kafka = partition_offsets(settings.bootstrap_servers, topic, pipeline.initial_offset)
+        current_id = topic_id(settings.kafka, topic)
+        kafka = partition_offsets(settings.kafka, topic, pipeline.initial_offset)
         if not first_run:
             # The initial policy is for a pipeline's first run; a partition (or topic) added later
             # starts at its beginning, or records produced to it before this run would be skipped.
@@ -174,7 +174,7 @@ def _plan(
 def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
     """The topic read is the one planned: re-created in between, its offsets would be other records."""
     for topic, planned in sorted({(p.range.topic, p.topic_id) for p in plan.partitions if p.topic_id}):
-        current = topic_id(settings.bootstrap_servers, topic)
+        current = topic_id(settings.kafka, topic)
         if current != planned:
             raise TopicRecreatedError(plan.pipeline, topic, planned, current)
 
@@ -191,9 +191,9 @@ def _read_transform_stage(
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
     fault_point("before_read")
-    with timer("read+transform+stage"), data_loss_as_error(plan, settings.bootstrap_servers):
+    with timer("read+transform+stage"), data_loss_as_error(plan, settings.kafka):
         result = transform(
-            read_plan(spark, settings.bootstrap_servers, plan),
+            read_plan(spark, settings.kafka, plan),
             pipeline=pipeline.name,
             batch_id=plan.batch_id,
             transform_version=pipeline.transform_version,

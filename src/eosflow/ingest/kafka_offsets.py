@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from eosflow.ingest.pipelines import InitialOffset
 from eosflow.ingest.planner import PartitionOffsets
+from eosflow.kafka_client import KafkaConfig, bootstrap, client_config
 
 
 class TopicMissingError(RuntimeError):
@@ -14,14 +15,14 @@ class TopicMissingError(RuntimeError):
 
 
 def partition_offsets(
-    bootstrap: str, topic: str, initial: InitialOffset, timeout: float = 30.0
+    kafka: str | KafkaConfig, topic: str, initial: InitialOffset, timeout: float = 30.0
 ) -> dict[int, PartitionOffsets]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(kafka))
     meta = admin.list_topics(topic=topic, timeout=timeout)
     info = meta.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise TopicMissingError(
-            f"topic {topic!r} does not exist on {bootstrap}; create it (eosflow produce creates it) "
+            f"topic {topic!r} does not exist on {bootstrap(kafka)}; create it (eosflow produce creates it) "
             "or fix the pipeline's topics"
         )
     partitions = sorted(info.partitions)
@@ -51,7 +52,7 @@ def partition_offsets(
 
 
 def offsets_for_time(
-    bootstrap: str,
+    kafka: str | KafkaConfig,
     topic: str,
     partitions: list[int],
     epoch_ms: int,
@@ -59,7 +60,7 @@ def offsets_for_time(
     timeout: float = 30.0,
 ) -> dict[int, int]:
     """Per partition, the first offset whose record time is at or after epoch_ms (the end if none)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(kafka))
     request = {TopicPartition(topic, p): OffsetSpec.for_timestamp(epoch_ms) for p in partitions}
     futures = admin.list_offsets(
         request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
@@ -68,16 +69,16 @@ def offsets_for_time(
     return {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}
 
 
-def topic_id(bootstrap: str, topic: str, timeout: float = 30.0) -> str:
+def topic_id(kafka: str | KafkaConfig, topic: str, timeout: float = 30.0) -> str:
     """Kafka's id of the topic (22 characters, as Kafka prints it): a re-created topic gets a new one."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(kafka))
     try:
         described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
     except KafkaException as exc:
         if exc.args[0].code() == 3:  # UNKNOWN_TOPIC_OR_PART
             raise TopicMissingError(
-                f"topic {topic!r} does not exist on {bootstrap}; create it (eosflow produce creates it) "
-                "or fix the pipeline's topics"
+                f"topic {topic!r} does not exist on {bootstrap(kafka)}; create it (eosflow produce creates "
+                "it) or fix the pipeline's topics"
             ) from None
         raise RuntimeError(f"could not describe topic {topic}: {exc.args[0].str()}") from exc
     return str(described.topic_id)

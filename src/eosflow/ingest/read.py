@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from eosflow.ingest.ranges import Plan
+from eosflow.kafka_client import KafkaConfig, client_config, spark_options
 
 
 class ReadDataLossError(RuntimeError):
@@ -25,11 +26,11 @@ class UnreadableRecordError(RuntimeError):
 _SPARK_MAX_MS = (2**63 - 1) // 1000
 
 
-def read_plan(spark, bootstrap: str, plan: Plan):
+def read_plan(spark, kafka: str | KafkaConfig, plan: Plan):
     starting, ending = plan.spark_offsets()
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**spark_options(kafka))  # the whole client configuration: SASL, TLS, ...
         .option("assign", _assign(plan))
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
@@ -42,7 +43,7 @@ def read_plan(spark, bootstrap: str, plan: Plan):
 
 
 @contextmanager
-def data_loss_as_error(plan: Plan, bootstrap: str | None = None) -> Iterator[None]:
+def data_loss_as_error(plan: Plan, kafka: str | KafkaConfig | None = None) -> Iterator[None]:
     """Turn Spark's "records were lost" failure of the planned ranges into a ReadDataLossError, and
     its failure on a timestamp it cannot represent into an UnreadableRecordError naming the records."""
     from py4j.protocol import Py4JJavaError
@@ -50,8 +51,8 @@ def data_loss_as_error(plan: Plan, bootstrap: str | None = None) -> Iterator[Non
     try:
         yield
     except Py4JJavaError as exc:
-        if "long overflow" in str(exc) and "fromJavaTimestamp" in str(exc) and bootstrap:
-            raise _unreadable(plan, bootstrap) from None
+        if "long overflow" in str(exc) and "fromJavaTimestamp" in str(exc) and kafka:
+            raise _unreadable(plan, kafka) from None
         if "KafkaIllegalStateException" not in str(exc) and "may have been lost" not in str(exc):
             raise
         reason = next(
@@ -89,17 +90,19 @@ def _assign(plan: Plan) -> str:
     return json.dumps(topics, sort_keys=True)
 
 
-def _unreadable(plan: Plan, bootstrap: str) -> UnreadableRecordError:
+def _unreadable(plan: Plan, kafka: str | KafkaConfig) -> UnreadableRecordError:
     """Find, with a plain consumer, the records of the plan whose timestamps Spark cannot hold."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "eosflow-unreadable-scan",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
+        client_config(
+            kafka,
+            **{
+                "group.id": "eosflow-unreadable-scan",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            },
+        )
     )
     found: list[str] = []
     try:

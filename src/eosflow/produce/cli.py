@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, settings: Settings, log=print) -> int:
     seed = args.seed if args.seed is not None else secrets.randbits(31)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     manifest_path = args.manifest or settings.state_dir / "manifests" / f"{args.topic}-{stamp}.json"
-    ensure_topic(settings.bootstrap_servers, args.topic, args.partitions, log=log)
+    ensure_topic(settings.kafka, args.topic, args.partitions, log=log)
     mode = (
         f"transactions of {delivery.txn_size}, {delivery.abort_ratio:.0%} aborted"
         if delivery.transactional_id
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, settings: Settings, log=print) -> int:
             f"aborted {c['aborted']:,} acknowledged {c['acknowledged']:,} failed {c['failed']:,}"
         )
 
-    producer = EventProducer(settings.bootstrap_servers, args.topic, delivery, seed=seed)
+    producer = EventProducer(settings.kafka, args.topic, delivery, seed=seed)
     code = 0
     try:
         manifest = produce_stream(producer, events.generate(seed, args.count), seed, progress)

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from eosflow.kafka_client import KafkaConfig
+from eosflow.kafka_client import client_config as kafka_client_config
 from eosflow.produce.events import Event
 from eosflow.produce.manifest import EventRow, Manifest
 
@@ -54,10 +56,12 @@ class Delivery:
         if self.abort_ratio and self.transactional_id is None:
             raise DeliveryConfigError("--abort-ratio needs --transactional-id: only transactions can abort")
 
-    def client_config(self, bootstrap: str) -> dict[str, object]:
+    def client_config(self, kafka: str | KafkaConfig) -> dict[str, object]:
+        """The producer's configuration: the Kafka client configuration (a bootstrap string or the
+        whole map, eosflow.kafka_client) with this delivery's settings on top."""
         self.validate()
         conf: dict[str, object] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_client_config(kafka),
             "acks": self.acks,
             "enable.idempotence": self.idempotence,
             "linger.ms": 5,
@@ -75,7 +79,9 @@ Progress = Callable[[int, Manifest], None]
 class EventProducer:
     """Writes events under one Delivery setting and records each record's fate in a Manifest."""
 
-    def __init__(self, bootstrap: str, topic: str, delivery: Delivery, seed: int | None = None) -> None:
+    def __init__(
+        self, bootstrap: str | KafkaConfig, topic: str, delivery: Delivery, seed: int | None = None
+    ) -> None:
         self.topic = topic
         self.delivery = delivery
         self.manifest = Manifest(topic, asdict(delivery) | {"seed": seed})

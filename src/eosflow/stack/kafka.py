@@ -93,10 +93,12 @@ class KafkaService:
         # Only what the broker binds: the proxy port (EOSFLOW_KAFKA_PROXY_PORT) is toxiproxy's.
         if self.s.kafka_proxied_port:
             ports["EOSFLOW_KAFKA_PROXIED_PORT"] = self.s.kafka_proxied_port
+        if self.s.kafka_sasl_port:
+            ports["EOSFLOW_KAFKA_SASL_PORT"] = self.s.kafka_sasl_port
         return ports
 
     def endpoint(self) -> str:
-        return f"bootstrap {self.s.bootstrap_servers}"
+        return f"bootstrap {self.s.stack_bootstrap_servers}"
 
     def pid(self) -> int | None:
         return process.owned_pid(self.pid_file, str(self.config))
@@ -116,7 +118,7 @@ class KafkaService:
         try:
             admin = AdminClient(
                 {
-                    "bootstrap.servers": self.s.bootstrap_servers,
+                    "bootstrap.servers": self.s.stack_bootstrap_servers,
                     "socket.timeout.ms": 2000,
                     "logger": quiet_logger(),
                 }
@@ -142,7 +144,7 @@ class KafkaService:
         self.log4j.write_text(LOG4J2)
         if not (self.data_dir / "meta.properties").exists():
             self._format(log)
-        log(f"starting kafka on {self.s.bootstrap_servers} (log: {self.log_path})")
+        log(f"starting kafka on {self.s.stack_bootstrap_servers} (log: {self.log_path})")
         with self.log_path.open("ab") as out:
             proc = subprocess.Popen(
                 [
@@ -203,7 +205,7 @@ class KafkaService:
 
         probe = Producer(
             {
-                "bootstrap.servers": self.s.bootstrap_servers,
+                "bootstrap.servers": self.s.stack_bootstrap_servers,
                 "logger": quiet_logger(),
                 "transactional.id": "eosflow-stack-up-probe",
             }
@@ -230,11 +232,23 @@ class KafkaService:
         # The optional PROXIED listener (EOSFLOW_KAFKA_PROXIED_PORT): the broker binds it but
         # advertises the toxiproxy port, so a client bootstrapped through the proxy is told to
         # stay behind it. Off (port 0), the file is exactly what it was without the option.
-        listener = advertised = protocol = ""
+        listener = advertised = protocol = sasl = ""
         if s.kafka_proxied_port:
             listener = f",PROXIED://{s.kafka_host}:{s.kafka_proxied_port}"
             advertised = f",PROXIED://{s.kafka_host}:{s.kafka_proxy_port}"
             protocol = ",PROXIED:PLAINTEXT"
+        # A listener that requires SASL/PLAIN (user eosflow), so that what a user's secured Kafka
+        # needs is tested against a real broker: every client must authenticate there.
+        if s.kafka_sasl_port:
+            listener += f",SASL_PLAINTEXT://{s.kafka_host}:{s.kafka_sasl_port}"
+            advertised += f",SASL_PLAINTEXT://{s.kafka_host}:{s.kafka_sasl_port}"
+            protocol += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            password = s.kafka_sasl_password.replace("\\", "\\\\").replace('"', '\\"')
+            sasl = (
+                "sasl.enabled.mechanisms=PLAIN\n"
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security"
+                f'.plain.PlainLoginModule required user_eosflow="{password}";\n'
+            )
         return f"""\
 # Written by `eosflow stack up`; edit the environment (EOSFLOW_KAFKA_*), not this file.
 process.roles=broker,controller
@@ -256,4 +270,4 @@ group.initial.rebalance.delay.ms=0
 # Short enough that a topic with a short retention.ms really loses its old segments in a test.
 log.retention.check.interval.ms=5000
 log.segment.delete.delay.ms=1000
-"""
+{sasl}"""

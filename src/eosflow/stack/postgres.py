@@ -14,6 +14,7 @@ import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 from eosflow.settings import Settings
 from eosflow.stack import prereqs, process
@@ -61,9 +62,8 @@ class PostgresService:
         return {"EOSFLOW_PG_PORT": self.s.pg_port}
 
     def endpoint(self) -> str:
-        return (
-            f"{self.s.warehouse_uri.replace(':' + self.s.pg_password + '@', ':***@')} (data {self.data_dir})"
-        )
+        secret = ":" + quote(self.s.pg_password, safe="") + "@"
+        return f"{self.s.warehouse_uri.replace(secret, ':***@')} (data {self.data_dir})"
 
     def pid(self) -> int | None:
         pid_file = self.data_dir / "postmaster.pid"
