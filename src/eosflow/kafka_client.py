@@ -25,6 +25,58 @@ class KafkaConfigError(ValueError):
     """A client configuration eosflow cannot hand to every client; the message says what to change."""
 
 
+class KafkaUnavailableError(RuntimeError):
+    """Kafka could not be reached in time; the message names the brokers and the settings to check."""
+
+
+class KafkaAuthenticationError(KafkaUnavailableError):
+    """Kafka refused the client's credentials: no retry can help until the configuration changes."""
+
+
+_WHERE = (
+    "check EOSFLOW_KAFKA_BOOTSTRAP_SERVERS and EOSFLOW_KAFKA_CONFIG (in Airflow: the kafka_default "
+    "connection's extra)"
+)
+
+
+class ErrorLog:
+    """librdkafka's client-level errors (error_cb), kept so a timeout can say what went wrong."""
+
+    def __init__(self) -> None:
+        self.errors: list = []
+        self.client = None  # error_cb runs when the client is polled
+
+    def collect(self) -> list:
+        if self.client is not None:
+            self.client.poll(0)
+        return self.errors
+
+    def __call__(self, error) -> None:
+        self.errors.append(error)
+
+    def failure(self, kafka: str | KafkaConfig, exc: Exception) -> KafkaUnavailableError:
+        """The error to raise for a request that failed with `exc`: authentication or reachability."""
+        auth = next((e for e in self.collect() if e.code() == _AUTHENTICATION), None)
+        if auth is not None:
+            return KafkaAuthenticationError(
+                f"Kafka at {bootstrap(kafka)} refused the client's credentials ({auth.str()}); {_WHERE}"
+            )
+        last = self.errors[-1].str() if self.errors else str(exc.args[0].str() if exc.args else exc)
+        return KafkaUnavailableError(f"could not reach Kafka at {bootstrap(kafka)} ({last}); {_WHERE}")
+
+
+_AUTHENTICATION = -169  # librdkafka's RD_KAFKA_RESP_ERR__AUTHENTICATION
+
+
+def admin_client(kafka: str | KafkaConfig):
+    """An AdminClient on the configuration, and the ErrorLog its failures are explained from."""
+    from confluent_kafka.admin import AdminClient
+
+    errors = ErrorLog()
+    errors.client = AdminClient(client_config(kafka, error_cb=errors))
+    return errors.client, errors
+
+
 def client_config(kafka: str | KafkaConfig, **extra: object) -> dict[str, object]:
     """The librdkafka configuration: a bootstrap string, or the whole map, plus `extra` settings."""
     config: dict[str, object] = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)

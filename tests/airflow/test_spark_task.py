@@ -45,6 +45,32 @@ def test_the_spark_task_uses_the_connections_as_they_are_when_it_runs(case, airf
     assert case.violations() == []
 
 
+def test_a_kafka_default_connection_requiring_sasl_reaches_the_plan_the_spark_job_and_verify(
+    case, airflow_db, monkeypatch
+):
+    from eosflow_airflow.dags import build_ingest_dag
+
+    manifest = case.produce(150, seed=802, partitions=2)
+    s = case.settings
+    # The whole client configuration in the connection's extra, as the Kafka provider keeps it: the
+    # stack's SASL listener accepts no client without these credentials.
+    secured = {
+        "bootstrap.servers": s.sasl_bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "eosflow",
+        "sasl.password": s.kafka_sasl_password,
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": secured}))
+    dag = build_ingest_dag(case.pipeline)
+
+    run = dag.test()
+
+    assert str(run.state) == "success", _states(run)
+    assert sorted(case.event_ids()) == sorted(r.event_id for r in manifest.visible())
+    assert case.violations() == []
+
+
 def test_a_fenced_spark_task_fails_once_with_eosflows_fenced_line(case, airflow_db, task_outcomes):
     from airflow.sdk.exceptions import AirflowFailException
 

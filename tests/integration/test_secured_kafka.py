@@ -64,10 +64,28 @@ def test_a_wrong_password_fails_the_run_naming_the_authentication_and_writes_not
 
     done = _ingest(case, "not-the-password")
 
-    assert done.returncode != 0
-    assert "uthenticat" in done.stderr, done.stderr[-3000:]  # SASL authentication failed: ...
+    assert done.returncode == 2, done.stderr[-3000:]  # refused: no retry helps until the settings change
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"eosflow ingest: FAILED: Kafka at {s.sasl_bootstrap_servers} refused the client's"
+    ), last
+    assert "Invalid username or password" in last and "EOSFLOW_KAFKA_CONFIG" in last, last
     assert "not-the-password" not in done.stderr
     assert case.ledger() == []
+
+
+def test_an_unreachable_kafka_fails_naming_the_brokers_and_the_settings_to_check(case):
+    done = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name],
+        env=case.env(EOSFLOW_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]  # may be transient: retries stay allowed
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("eosflow ingest: FAILED: could not reach Kafka at 127.0.0.1:1 ("), last
+    assert "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS" in last
 
 
 def _order(i: int) -> bytes:

@@ -25,6 +25,7 @@ def private_env(tmp_path):
     ports = {
         "EOSFLOW_KAFKA_PORT": _free_port(),
         "EOSFLOW_KAFKA_CONTROLLER_PORT": _free_port(),
+        "EOSFLOW_KAFKA_SASL_PORT": _free_port(),  # the SASL listener binds too: never the dev stack's
         "EOSFLOW_PG_PORT": _free_port(),
     }
     env = dict(os.environ, EOSFLOW_STATE_DIR=str(tmp_path / "state"), **{k: str(v) for k, v in ports.items()})

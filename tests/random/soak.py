@@ -27,6 +27,7 @@ SOAK_ENV = {
     "EOSFLOW_STATE_DIR": str(ROOT / ".stack" / "soak"),
     "EOSFLOW_KAFKA_PORT": "19292",
     "EOSFLOW_KAFKA_CONTROLLER_PORT": "19293",
+    "EOSFLOW_KAFKA_SASL_PORT": "0",  # the dev stack's SASL port stays the dev stack's
     "EOSFLOW_PG_PORT": "15632",
 }
 RESULTS = ROOT / "soak" / "results"

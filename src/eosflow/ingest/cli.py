@@ -16,6 +16,7 @@ from eosflow.ingest.backfill import BackfillError
 from eosflow.ingest.kafka_offsets import TopicMissingError
 from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
+from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
 
 EXIT = {
     commit.FencedError: 3,
@@ -31,6 +32,8 @@ EXIT = {
     BackfillError: 2,
     pipelines.PipelineConfigError: 2,
     TopicMissingError: 2,
+    KafkaAuthenticationError: 2,
+    KafkaUnavailableError: 1,
 }
 OUTCOME = {
     commit.FencedError: "fenced",

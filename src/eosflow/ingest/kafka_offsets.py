@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from eosflow.ingest.pipelines import InitialOffset
 from eosflow.ingest.planner import PartitionOffsets
-from eosflow.kafka_client import KafkaConfig, bootstrap, client_config
+from eosflow.kafka_client import KafkaConfig, admin_client, bootstrap
 
 
 class TopicMissingError(RuntimeError):
@@ -17,8 +17,11 @@ class TopicMissingError(RuntimeError):
 def partition_offsets(
     kafka: str | KafkaConfig, topic: str, initial: InitialOffset, timeout: float = 30.0
 ) -> dict[int, PartitionOffsets]:
-    admin = AdminClient(client_config(kafka))
-    meta = admin.list_topics(topic=topic, timeout=timeout)
+    admin, errors = admin_client(kafka)
+    try:
+        meta = admin.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise errors.failure(kafka, exc) from None
     info = meta.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise TopicMissingError(
@@ -60,7 +63,7 @@ def offsets_for_time(
     timeout: float = 30.0,
 ) -> dict[int, int]:
     """Per partition, the first offset whose record time is at or after epoch_ms (the end if none)."""
-    admin = AdminClient(client_config(kafka))
+    admin, _ = admin_client(kafka)
     request = {TopicPartition(topic, p): OffsetSpec.for_timestamp(epoch_ms) for p in partitions}
     futures = admin.list_offsets(
         request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
@@ -71,7 +74,7 @@ def offsets_for_time(
 
 def topic_id(kafka: str | KafkaConfig, topic: str, timeout: float = 30.0) -> str:
     """Kafka's id of the topic (22 characters, as Kafka prints it): a re-created topic gets a new one."""
-    admin = AdminClient(client_config(kafka))
+    admin, errors = admin_client(kafka)
     try:
         described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
     except KafkaException as exc:
@@ -80,5 +83,7 @@ def topic_id(kafka: str | KafkaConfig, topic: str, timeout: float = 30.0) -> str
                 f"topic {topic!r} does not exist on {bootstrap(kafka)}; create it (eosflow produce creates "
                 "it) or fix the pipeline's topics"
             ) from None
+        if errors.collect():  # the client itself failed (unreachable, refused credentials)
+            raise errors.failure(kafka, exc) from None
         raise RuntimeError(f"could not describe topic {topic}: {exc.args[0].str()}") from exc
     return str(described.topic_id)

@@ -36,6 +36,7 @@ LAB_ENV = {
     "EOSFLOW_KAFKA_PROXIED_PORT": "19194",
     "EOSFLOW_KAFKA_PROXY_PORT": "19195",
     "EOSFLOW_TOXIPROXY_PORT": "19196",
+    "EOSFLOW_KAFKA_SASL_PORT": "0",  # no SASL listener: the lab's clients never log in
     "EOSFLOW_PG_PORT": "15532",
 }
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
