@@ -241,3 +241,57 @@ def test_a_bytes_key_is_kept_exactly_even_when_it_is_not_text(case):
         for (k,) in case.query(f"select kafka_key from {case.table} order by id")
     ] == keys
     assert pipelines.load(case.settings, case.name, case.config_path).schema.key == "bytes"
+
+
+def test_a_python_transform_named_by_entry_point_reads_a_topic_no_declaration_can(case):
+    # The README's worked example: pipe-separated lines, read by eosflow.examples.pipe_clicks:parse,
+    # registered as the entry point `pipe_clicks` (pyproject.toml), run inside the Spark tasks.
+    case.write_config(
+        transform="pipe_clicks",
+        columns=[
+            {"name": "click_id", "type": "uuid", "required": True},
+            {"name": "url", "type": "text", "required": True, "pattern": "^https?://"},
+            {"name": "ts", "type": "timestamptz", "required": True},
+            {"name": "price", "type": "numeric(12,2)", "min": 0},
+        ],
+        business_key="click_id",
+    )
+    lines = [
+        f"{uuid.UUID(int=i)}|https://shop.example/p/{i}|{1767225600000 + i}|{100 * i}".encode()
+        for i in range(1, 9)
+    ] + [
+        b"not|enough",
+        f"{uuid.UUID(int=99)}|ftp://x|0|1".encode(),
+        f"{uuid.UUID(int=98)}|https://x|300000000000000|1".encode(),
+    ]
+    _produce(case.settings.bootstrap_servers, case.topic, [(b"k", v) for v in lines])
+
+    assert case.ingest().outcome == "committed"
+
+    rows = case.query(f"select click_id, url, ts, price from {case.table} order by click_id")
+    assert len(rows) == 8
+    assert rows[0] == (
+        uuid.UUID(int=1),
+        "https://shop.example/p/1",
+        datetime(2026, 1, 1, 0, 0, 0, 1000, tzinfo=UTC),
+        Decimal("1.00"),
+    )
+    assert sorted(r[2] for r in case.rejected()) == [
+        "invalid value: url (does not match ^https?://)",
+        "rejected by transform: expected 4 fields separated by |, got 2",
+        "transform raised OverflowError: date value out of range",
+    ]
+    assert case.violations() == []
+
+
+def test_a_python_transform_that_cannot_be_imported_is_refused_before_anything_is_read(case):
+    case.write_config(
+        transform="no_such_package.module:parse", columns=[{"name": "id", "type": "text"}], business_key=None
+    )
+    _produce(case.settings.bootstrap_servers, case.topic, [(b"k", b"x")])
+
+    done = case.ingest_process()
+
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot import 'no_such_package.module'" in done.stderr.strip().splitlines()[-1]
+    assert case.ledger() == []

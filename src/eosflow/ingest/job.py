@@ -21,6 +21,7 @@ from eosflow.ingest.kafka_offsets import partition_offsets, topic_id
 from eosflow.ingest.planner import TopicRecreatedError, plan_partitions
 from eosflow.ingest.ranges import OffsetRange, Plan, batch_id_for
 from eosflow.ingest.summary import RunSummary
+from eosflow.schema import user_transform
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
 
@@ -59,6 +60,8 @@ def prepare(
 ) -> tuple[Plan, str | None]:
     """Step 1 alone: plan and persist (or find) the run's plan; the orchestrator's plan task."""
     pipeline = pipelines.load(settings, pipeline_name)
+    if pipeline.schema.transform is not None:
+        user_transform.load(pipeline.schema.transform)  # not found: the plan task says so, not Spark
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
@@ -100,6 +103,8 @@ def _execute(
     """Steps 2 to 5 of the contract, the same for every kind of plan."""
     summary = RunSummary(pipeline.name, batch_id)
     timer = _Timer(summary.phases)
+    if pipeline.schema.transform is not None:
+        user_transform.load(pipeline.schema.transform)  # not found: say so before planning anything
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
@@ -191,7 +196,11 @@ def _read_transform_stage(
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
     fault_point("before_read")
-    with timer("read+transform+stage"), data_loss_as_error(plan, settings.kafka):
+    with (
+        timer("read+transform+stage"),
+        data_loss_as_error(plan, settings.kafka),
+        user_transform.contract_errors_from_workers(),
+    ):
         result = transform(
             read_plan(spark, settings.kafka, plan),
             pipeline=pipeline.name,

@@ -113,7 +113,7 @@ def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
 
 # The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where
 # they come from and go.
-SCHEMA_SETTINGS = ("format", "key", "columns", "business_key")
+SCHEMA_SETTINGS = ("format", "key", "columns", "business_key", "transform")
 
 
 def declaration(path: Path, name: str) -> dict:
@@ -149,6 +149,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "key",
         "columns",
         "business_key",
+        "transform",
         "transform_version",
         "initial_offset",
         "max_records_per_partition",

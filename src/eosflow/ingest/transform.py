@@ -17,7 +17,8 @@ only error:
    Kafka source shifts instants before 1582-10-15 (Julian to Gregorian), and fails the whole read
    on one beyond its microsecond range (past about year 294247)
 2. the value's checks (eosflow.schema.record): null value, oversized, not UTF-8, not JSON, missing,
-   mistyped and invalid fields
+   mistyped and invalid fields; or, for a pipeline with its own Python transform, the function's
+   rows held to the declaration (eosflow.schema.user_transform)
 3. ``invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the
    bytes)``: only for `key: text`; `key: bytes` keeps any key exactly
 4. ``invalid header: <name> holds a NUL character, which Postgres jsonb cannot store``:
@@ -48,6 +49,7 @@ import pyarrow.compute as pc
 from eosflow.schema.arrow import UTC_MICROS, to_arrow, valid_columns
 from eosflow.schema.declaration import RecordSchema
 from eosflow.schema.record import RecordCheck
+from eosflow.schema.user_transform import UserTransform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -89,6 +91,10 @@ class BatchCheck:
         return RecordCheck(self.schema, self.max_value_bytes)
 
     @cached_property
+    def _user(self) -> UserTransform:
+        return UserTransform(self.schema)
+
+    @cached_property
     def columns(self) -> list[tuple[str, pa.DataType]]:
         return checked_columns(self.schema)
 
@@ -98,13 +104,16 @@ class BatchCheck:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
-        check = self._record
+        check = self._record if self.schema.transform is None else None
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            results = [check(v) for v in batch.column("value").to_pylist()]
+            if self.schema.transform is None:
+                results = [check(v) for v in batch.column("value").to_pylist()]
+            else:
+                results = self._user(batch)
         finally:
             if gc_was_enabled:
                 gc.enable()

@@ -34,6 +34,8 @@ RESERVED_COLUMNS = frozenset(
 _COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\s*\]")
 _COLUMN_KEYS = ("name", "type", "required", "source", "enum", "pattern", "min", "max")
+# A Python transform: an import path (package.module:function) or an entry point's name.
+_TRANSFORM = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z0-9_.-]+")
 
 
 class DeclarationError(ValueError):
@@ -62,6 +64,7 @@ class RecordSchema:
     format: str = "json"
     key: str = "text"
     business_key: str | None = None
+    transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
 
     @property
     def exact_decimals(self) -> bool:
@@ -101,7 +104,20 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
                 f"{where}: business_key {business_key!r} must be a required scalar column "
                 "(I6 deduplicates on it; a NULL or a jsonb value cannot identify a record)"
             )
-    return RecordSchema(columns=columns, format=fmt, key=key, business_key=business_key)
+    transform = spec.get("transform")
+    if transform is not None:
+        if not isinstance(transform, str) or not _TRANSFORM.fullmatch(transform):
+            raise DeclarationError(
+                f"{where}: transform {transform!r} must be an import path such as mypackage.module:function, "
+                "or the name of an eosflow.transforms entry point"
+            )
+        paths = [c.name for c in columns if c.path != (c.name,)]
+        if paths:
+            raise DeclarationError(
+                f"{where}: column(s) {paths} have a source, but with a transform the function makes every "
+                "column: drop source"
+            )
+    return RecordSchema(columns=columns, format=fmt, key=key, business_key=business_key, transform=transform)
 
 
 def _column(spec: object, where: str) -> Column:

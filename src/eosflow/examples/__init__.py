@@ -1,0 +1,1 @@
+"""Worked examples of what users plug into eosflow (the README's "Python transforms")."""
