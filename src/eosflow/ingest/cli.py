@@ -17,6 +17,7 @@ from eosflow.ingest.kafka_offsets import TopicMissingError
 from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
 from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
+from eosflow.schema.user_transform import TransformContractError
 
 EXIT = {
     commit.FencedError: 3,
@@ -33,6 +34,7 @@ EXIT = {
     pipelines.PipelineConfigError: 2,
     TopicMissingError: 2,
     KafkaAuthenticationError: 2,
+    TransformContractError: 2,
     KafkaUnavailableError: 1,
 }
 OUTCOME = {
