@@ -104,7 +104,7 @@ class BatchCheck:
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
-        check = self._record if self.schema.transform is None else None
+        check = self._record.check_value if self.schema.transform is None else None
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
         gc_was_enabled = gc.isenabled()
