@@ -1,4 +1,7 @@
-"""spark-submit entry point of one ingestion run; the code ships as --py-files (see eosflow.ingest.submit)."""
+"""spark-submit entry point of one ingestion run, for running from a checkout by hand.
+
+eosflow itself submits src/eosflow/ingest/spark_job.py (installed with the package); this is the same.
+"""
 
 import sys
 

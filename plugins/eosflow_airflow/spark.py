@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from eosflow import settings as settings_mod
 from eosflow.ingest.spark_session import launch_conf
-from eosflow.ingest.submit import spark_env
+from eosflow.ingest.submit import SPARK_ENTRY, spark_env
 from eosflow_airflow.hooks import EosflowHook
 from eosflow_airflow.tasks import acknowledge_hint
 
@@ -39,7 +39,7 @@ def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
     return dict(
         task_id=task_id,
         conn_id="spark_default",
-        application=str(s.root / "spark" / "ingest_job.py"),
+        application=str(SPARK_ENTRY),
         jars=str(s.jars_dir / "spark" / "*.jar"),  # Spark expands the glob itself
         name=f"eosflow-{task_id}",
         env_vars=env,  # the connections' settings are merged over this when the task runs

@@ -16,9 +16,13 @@ from psycopg.conninfo import make_conninfo
 
 
 def _project_root() -> Path:
-    # src/eosflow/settings.py -> project root; EOSFLOW_HOME wins so an installed copy can point anywhere.
+    """Where pipelines.yml and the state folder are: EOSFLOW_HOME, else the checkout this file is in
+    (src/eosflow/settings.py), else, for an installed eosflow, the current directory."""
     env = os.environ.get("EOSFLOW_HOME")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+    if env:
+        return Path(env).resolve()
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout if (checkout / "pyproject.toml").exists() else Path.cwd().resolve()
 
 
 def _json_object(name: str) -> tuple[tuple[str, str], ...]:

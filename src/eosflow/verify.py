@@ -1,4 +1,6 @@
-"""Step 6 of the contract: run the dbt project (`dbt/`) on one pipeline and read what it found.
+"""Step 6 of the contract: run the dbt project on one pipeline and read what it found.
+
+The project ships in the package (eosflow/dbt_project; `dbt/` in a checkout links to it).
 
 `run_dbt` runs `dbt build` (staging views, marts, and the invariant tests I1-I6 of DESIGN.md) in a
 process of its own, then reads `run_results.json` and, for each failing test, the first offending
@@ -26,6 +28,9 @@ from psycopg.rows import dict_row
 
 from eosflow.settings import Settings
 
+# The dbt project ships inside the package (the checkout's dbt/ is a link to it): an installed eosflow
+# verifies without a checkout.
+DBT_PROJECT = Path(__file__).resolve().with_name("dbt_project")
 ROWS_SHOWN = 5  # offending rows read back per failing test
 PASSING = ("pass", "success", "warn", "not checked")  # statuses that do not fail a verification (warn:
 # none of the project's tests has severity warn; if one had, it would be shown but not fail; not checked:
@@ -141,7 +146,7 @@ def run_dbt(
     target_dir.mkdir(parents=True, exist_ok=True)
     results_path = target_dir / "run_results.json"
     results_path.unlink(missing_ok=True)  # never read a previous run's results
-    project = settings.root / "dbt"
+    project = DBT_PROJECT
     cmd = [
         _dbt_executable(), "build",
         "--project-dir", str(project), "--profiles-dir", str(project),

@@ -14,6 +14,8 @@ from eosflow.ingest.spark_session import launch_conf
 from eosflow.settings import Settings
 from eosflow.stack import jars
 
+# The entry script spark-submit runs: a file of the installed package, never of a checkout.
+SPARK_ENTRY = Path(__file__).resolve().with_name("spark_job.py")
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same code always gives the same bytes
 _KEEP_SECONDS = 7 * 24 * 3600  # far longer than any Spark job runs on an archive
 
@@ -94,7 +96,7 @@ def spark_submit_args(
         f"spark.pyspark.python={sys.executable}",
         "--conf",
         f"spark.pyspark.driver.python={sys.executable}",
-        str(settings.root / "spark" / "ingest_job.py"),
+        str(SPARK_ENTRY),
         "--pipeline",
         pipeline,
     ]

@@ -1,0 +1,101 @@
+"""`pip install` of eosflow gives everything it reads at run time, with no checkout beside it: the DAG
+factories and hooks (eosflow_airflow), the Spark entry script, the dbt project, the migrations, and the
+example transform's entry point. Built as a wheel and imported from a folder of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("built")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (built,) = out.glob("eosflow-*.whl")
+    return built
+
+
+def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        "eosflow/ingest/spark_job.py",
+        "eosflow/dbt_project/dbt_project.yml",
+        "eosflow/dbt_project/profiles.yml",
+        "eosflow/dbt_project/models/staging/stg_output.sql",
+        "eosflow/dbt_project/tests/generic/no_duplicate_business_keys.sql",
+        "eosflow_airflow/dags.py",
+        "eosflow_airflow/hooks.py",
+        "eosflow/examples/pipe_clicks.py",
+    }
+    assert expected <= names, sorted(expected - names)
+    migrations = sorted(p.name for p in (ROOT / "src/eosflow/warehouse/migrations").glob("*.sql"))
+    assert {f"eosflow/warehouse/migrations/{m}" for m in migrations} <= names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert (
+        "pipe_clicks = eosflow.examples.pipe_clicks:parse"
+        in zipfile.ZipFile(wheel).read(entry_points).decode()
+    )
+
+
+def test_an_installed_eosflow_finds_all_of_it_without_the_checkout(wheel, tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = """
+import json
+from eosflow import settings, verify
+from eosflow.ingest import submit
+from eosflow.warehouse import migrate
+import eosflow_airflow.dags, eosflow_airflow.hooks
+print(json.dumps({
+    "eosflow": __import__("eosflow").__file__,
+    "dbt": str(verify.DBT_PROJECT), "dbt_ok": (verify.DBT_PROJECT / "dbt_project.yml").exists(),
+    "entry": str(submit.SPARK_ENTRY), "entry_ok": submit.SPARK_ENTRY.exists(),
+    "migrations": len(list(migrate.MIGRATIONS.glob("*.sql"))),
+    "root": str(settings.load().root),
+    "dags": eosflow_airflow.dags.__file__,
+}))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("EOSFLOW_HOME", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)  # ahead of the venv's editable install of the checkout
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("eosflow", "dbt", "entry", "dags"):
+        assert found[key].startswith(str(site)), (key, found[key])  # never the checkout's copy
+    assert found["dbt_ok"] and found["entry_ok"] and found["migrations"] >= 5
+    assert found["root"] == str(tmp_path.resolve())  # pipelines.yml and state: where it runs
