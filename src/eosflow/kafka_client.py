@@ -9,6 +9,7 @@ Functions that talk to Kafka take either a bootstrap string (the local stack, te
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 KafkaConfig = Mapping[str, str]
@@ -73,8 +74,15 @@ def admin_client(kafka: str | KafkaConfig):
     from confluent_kafka.admin import AdminClient
 
     errors = ErrorLog()
-    errors.client = AdminClient(client_config(kafka, error_cb=errors))
+    errors.client = AdminClient(client_config(kafka, error_cb=errors, logger=_SILENT))
     return errors.client, errors
+
+
+# librdkafka's own log lines (one per failed connection attempt, from its threads): what they say
+# reaches the user once, in the error eosflow raises (ErrorLog), not interleaved with eosflow's lines.
+_SILENT = logging.getLogger("eosflow.kafka_client.librdkafka")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
 
 
 def client_config(kafka: str | KafkaConfig, **extra: object) -> dict[str, object]:

@@ -184,6 +184,35 @@ def test_an_optional_column_added_to_the_declaration_is_added_to_the_target_with
 
     assert case.query(f"select id, note from {case.table} order by id") == [(1, None), (2, "b")]
     assert case.violations() == []
+    # Each row records the declaration it was checked against; eosflow.declarations keeps both.
+    assert case.query(f"select id, declaration_version from {case.table} order by id") == [(1, 1), (2, 2)]
+    versions = case.query(
+        "select version, declaration->'columns' from eosflow.declarations where pipeline = %s order by 1",
+        case.name,
+    )
+    assert [(v, len(columns)) for v, columns in versions] == [(1, 1), (2, 2)]
+
+
+def test_a_retry_planned_under_another_declaration_is_refused_and_commits_nothing(case):
+    from eosflow.ingest import job
+
+    case.write_config(columns=[{"name": "id", "type": "bigint", "required": True}], business_key=None)
+    _produce(case.settings.bootstrap_servers, case.topic, [(b"k", b'{"id": 1}')])
+    plan, _ = job.prepare(case.settings, case.name, "run-1", log=lambda m: None)  # the plan task
+    assert plan.declaration_version == 1
+    case.write_config(
+        columns=[{"name": "id", "type": "bigint", "required": True}, {"name": "n", "type": "text"}]
+    )
+
+    done = case.ingest_process("--run-id", "run-1")  # the Spark task, after the change
+
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "declaration changed since batch" in last and "(version 1 then, 2 now)" in last, last
+    assert case.ledger() == []
+    case.write_config(columns=[{"name": "id", "type": "bigint", "required": True}])  # restored: it finishes
+    assert case.ingest_process("--run-id", "run-1").returncode == 0
+    assert case.query(f"select id, declaration_version from {case.table}") == [(1, 1)]
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,7 @@ ARGS = {
     "batch_id": "batch-0007",
     "transform_version": "transform-v1",
     "max_value_bytes": MAX_VALUE_BYTES,
+    "declaration_version": 3,
 }
 TOPIC = "orders"
 BASE_TS = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
@@ -430,6 +431,7 @@ def test_valid_record_maps_to_the_typed_row(outcome: Outcome) -> None:
         "schema_version": 1,
         "batch_id": "batch-0007",
         "transform_version": "transform-v1",
+        "declaration_version": 3,
     }
 
 
@@ -565,6 +567,7 @@ def test_output_schemas_match_the_declared_columns(spark: SparkSession) -> None:
         ("schema_version", "int"),
         ("batch_id", "string"),
         ("transform_version", "string"),
+        ("declaration_version", "int"),
     ]
     assert _spark_columns(REJECTED_COLUMNS) == [
         ("pipeline", "string"),

@@ -45,8 +45,10 @@ def run(
     run_id = run_id or new_run_id()
     batch_id = batch_id_for(pipeline.name, run_id)
 
-    def make_plan(conn) -> tuple[Plan, str | None]:
-        return _plan(conn, settings, pipeline, run_id, batch_id, max_records, acknowledge_data_loss, log)
+    def make_plan(conn, version: int) -> tuple[Plan, str | None]:
+        return _plan(
+            conn, settings, pipeline, run_id, batch_id, max_records, acknowledge_data_loss, version, log
+        )
 
     return _execute(settings, pipeline, batch_id, make_plan, log)
 
@@ -65,8 +67,9 @@ def prepare(
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         store.ensure_target(conn, pipeline)
+        version = store.declaration_version(conn, pipeline)
         batch_id = batch_id_for(pipeline.name, run_id)
-        return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, log)
+        return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log)
 
 
 def run_chunk(
@@ -83,12 +86,12 @@ def run_chunk(
     pipeline = pipelines.load(settings, pipeline_name)
     batch_id = batch_id_for(pipeline.name, run_id, chunk, kind)
 
-    def make_plan(conn) -> tuple[Plan, str | None]:
+    def make_plan(conn, version: int) -> tuple[Plan, str | None]:
         existing = store.load_plan(conn, batch_id)
         if existing is not None:
             return existing
         part = backfill_run.plan_chunk(settings, conn, pipeline, chunk, kind)
-        return store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, (part,), kind)), None
+        return store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, (part,), kind, version)), None
 
     return _execute(settings, pipeline, batch_id, make_plan, log)
 
@@ -97,7 +100,7 @@ def _execute(
     settings: Settings,
     pipeline: pipelines.Pipeline,
     batch_id: str,
-    make_plan: Callable[[psycopg.Connection], tuple[Plan, str | None]],
+    make_plan: Callable[[psycopg.Connection, int], tuple[Plan, str | None]],
     log: Log,
 ) -> RunSummary:
     """Steps 2 to 5 of the contract, the same for every kind of plan."""
@@ -107,10 +110,12 @@ def _execute(
         user_transform.load(pipeline.schema.transform)  # not found: say so before planning anything
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        version = store.declaration_version(conn, pipeline)
+        _refuse_another_declaration(conn, pipeline, batch_id, version)  # before the target changes
         store.ensure_target(conn, pipeline)
         store.sweep_staging(conn, log)
         with timer("plan"):
-            plan, status = make_plan(conn)
+            plan, status = make_plan(conn, version)
         summary.plan, summary.reused_plan = plan, status is not None
         if status is not None:
             log(
@@ -140,6 +145,21 @@ def _execute(
     return summary
 
 
+def _refuse_another_declaration(conn, pipeline: pipelines.Pipeline, batch_id: str, version: int) -> None:
+    """A retry of a batch planned under another declaration: refused, as its rows would differ."""
+    existing = store.load_plan(conn, batch_id)
+    if existing is None:
+        return
+    plan, status = existing
+    if status == "planned" and plan.declaration_version not in (None, version):
+        raise pipelines.PipelineConfigError(
+            f"pipeline {pipeline.name!r}: its declaration changed since batch {batch_id} was planned "
+            f"(version {plan.declaration_version} then, {version} now), and a retry must check its "
+            "records exactly as the first attempt did. Nothing of the batch was committed: restore the "
+            "declaration to finish this run, or start a new run (a new run id) under the new one"
+        )
+
+
 def _plan(
     conn,
     settings: Settings,
@@ -148,6 +168,7 @@ def _plan(
     batch_id: str,
     max_records: int | None,
     acknowledge_data_loss: bool,
+    declaration_version: int,
     log: Log,
 ) -> tuple[Plan, str | None]:
     existing = store.load_plan(conn, batch_id)
@@ -172,7 +193,9 @@ def _plan(
             current_id,
             store.stored_topic_ids(conn, pipeline.name, topic),
         )
-    saved = store.save_plan(conn, Plan(batch_id, pipeline.name, run_id, tuple(parts)))
+    saved = store.save_plan(
+        conn, Plan(batch_id, pipeline.name, run_id, tuple(parts), declaration_version=declaration_version)
+    )
     return saved, None
 
 
@@ -208,6 +231,7 @@ def _read_transform_stage(
             transform_version=pipeline.transform_version,
             max_value_bytes=pipeline.max_value_bytes,
             schema=pipeline.schema,
+            declaration_version=plan.declaration_version,
         )
         staged = stage(settings, pipeline, plan.batch_id, result)
     records_read = check_within_plan(plan, staged.read)

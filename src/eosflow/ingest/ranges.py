@@ -86,6 +86,7 @@ class Plan:
     run_id: str
     partitions: tuple[PartitionPlan, ...] = field(default_factory=tuple)
     kind: str = "ingest"  # see PLAN_KINDS: only a replay leaves positions where they are
+    declaration_version: int | None = None  # the pipeline's declaration its records are checked with
 
     @property
     def ranges(self) -> list[OffsetRange]:

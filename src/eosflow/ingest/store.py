@@ -62,13 +62,15 @@ def has_committed(conn: psycopg.Connection, pipeline: str) -> bool:
 
 def load_plan(conn: psycopg.Connection, batch_id: str) -> tuple[Plan, str] | None:
     row = conn.execute(
-        "select pipeline, run_id, partitions, status, kind from eosflow.plans where batch_id = %s",
+        "select pipeline, run_id, partitions, status, kind, declaration_version from eosflow.plans "
+        "where batch_id = %s",
         (batch_id,),
     ).fetchone()
     if row is None:
         return None
-    pipeline, run_id, parts, status, kind = row
-    return Plan(batch_id, pipeline, run_id, tuple(PartitionPlan.from_json(p) for p in parts), kind), status
+    pipeline, run_id, parts, status, kind, version = row
+    partitions = tuple(PartitionPlan.from_json(p) for p in parts)
+    return Plan(batch_id, pipeline, run_id, partitions, kind, version), status
 
 
 def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
@@ -79,9 +81,16 @@ def save_plan(conn: psycopg.Connection, plan: Plan) -> Plan:
     """
     with conn.transaction():
         inserted = conn.execute(
-            "insert into eosflow.plans (batch_id, pipeline, run_id, partitions, kind) "
-            "values (%s, %s, %s, %s, %s) on conflict (batch_id) do nothing returning batch_id",
-            (plan.batch_id, plan.pipeline, plan.run_id, json.dumps(plan.to_json()), plan.kind),
+            "insert into eosflow.plans (batch_id, pipeline, run_id, partitions, kind, declaration_version) "
+            "values (%s, %s, %s, %s, %s, %s) on conflict (batch_id) do nothing returning batch_id",
+            (
+                plan.batch_id,
+                plan.pipeline,
+                plan.run_id,
+                json.dumps(plan.to_json()),
+                plan.kind,
+                plan.declaration_version,
+            ),
         ).fetchone()
         for r in plan.ranges:
             conn.execute(
@@ -222,6 +231,27 @@ def _existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing
         (table,),
     ).fetchall()
     return [ddl.Existing(name, type_, not_null) for name, type_, not_null in rows]
+
+
+def declaration_version(conn: psycopg.Connection, pipeline: Pipeline) -> int:
+    """The version of the pipeline's declaration as it is now: the one recorded for the same
+    declaration, or the next one, recorded now."""
+    fingerprint = hashlib.sha256(pipeline.schema.canonical.encode()).hexdigest()
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(hashtext(%s))", (f"eosflow.declarations:{pipeline.name}",))
+        found = conn.execute(
+            "select version from eosflow.declarations where pipeline = %s and fingerprint = %s",
+            (pipeline.name, fingerprint),
+        ).fetchone()
+        if found is not None:
+            return found[0]
+        (version,) = conn.execute(
+            "insert into eosflow.declarations (pipeline, version, fingerprint, declaration) "
+            "select %s, coalesce(max(version), 0) + 1, %s, %s from eosflow.declarations where pipeline = %s "
+            "returning version",
+            (pipeline.name, fingerprint, pipeline.schema.canonical, pipeline.name),
+        ).fetchone()
+        return version
 
 
 def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:

@@ -81,6 +81,7 @@ class BatchCheck:
     transform_version: str
     max_value_bytes: int
     schema: RecordSchema
+    declaration_version: int | None = None  # recorded on every row (eosflow.declarations)
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
@@ -140,6 +141,7 @@ class BatchCheck:
             "error": pa.array(errors, pa.string()),
             "batch_id": _constant(self.batch_id, n),
             "transform_version": _constant(self.transform_version, n),
+            "declaration_version": pa.array([self.declaration_version] * n, pa.int32()),
         }
         # The cast also turns Spark's large_string/large_binary, and any zone, into the declared types.
         return pa.RecordBatch.from_arrays(
@@ -323,6 +325,8 @@ def transform(
     transform_version: str,
     max_value_bytes: int,
     schema: RecordSchema,
+    declaration_version: int | None = None,
 ) -> TransformResult:
     """Split Kafka records into typed `valid` rows of the declared columns and `rejected` rows."""
-    return TransformResult(df, BatchCheck(pipeline, batch_id, transform_version, max_value_bytes, schema))
+    check = BatchCheck(pipeline, batch_id, transform_version, max_value_bytes, schema, declaration_version)
+    return TransformResult(df, check)

@@ -27,6 +27,7 @@ KAFKA_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 TRAILING_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("batch_id", pa.string()),
     ("transform_version", pa.string()),
+    ("declaration_version", pa.int32()),  # the declaration the row was checked against
 )
 
 

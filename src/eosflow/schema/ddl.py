@@ -40,6 +40,8 @@ def target_columns(schema: RecordSchema) -> list[tuple[str, str, bool]]:
         *((c.name, c.type.postgres, c.required) for c in schema.columns),
         ("batch_id", "text", True),
         ("transform_version", "text", True),
+        # eosflow.declarations: NULL in rows of targets made before versions were recorded.
+        ("declaration_version", "integer", False),
     ]
 
 

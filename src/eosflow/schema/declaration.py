@@ -7,8 +7,9 @@ a JSON path it cannot follow, a column name that would collide with eosflow's ow
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
 
@@ -25,6 +26,7 @@ RESERVED_COLUMNS = frozenset(
         "kafka_headers",
         "batch_id",
         "transform_version",
+        "declaration_version",
         "pipeline",
         "error",
         "raw_key",
@@ -65,6 +67,8 @@ class RecordSchema:
     key: str = "text"
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
+    # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
+    canonical: str = field(default="{}", compare=False)
 
     @property
     def exact_decimals(self) -> bool:
@@ -117,7 +121,15 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
                 f"{where}: column(s) {paths} have a source, but with a transform the function makes every "
                 "column: drop source"
             )
-    return RecordSchema(columns=columns, format=fmt, key=key, business_key=business_key, transform=transform)
+    written = {k: spec.get(k) for k in ("format", "key", "columns", "business_key", "transform")}
+    return RecordSchema(
+        columns=columns,
+        format=fmt,
+        key=key,
+        business_key=business_key,
+        transform=transform,
+        canonical=json.dumps(written, sort_keys=True, default=str),
+    )
 
 
 def _column(spec: object, where: str) -> Column:
