@@ -25,7 +25,7 @@ from decimal import Decimal
 from operator import call
 
 from eosflow.schema.declaration import Column, RecordSchema
-from eosflow.schema.types import BAD
+from eosflow.schema.types import BAD, for_each
 
 _MISSING = None  # what a getter returns for an absent field; JSON null is treated the same
 
@@ -122,16 +122,7 @@ def _rules(column: Column):
 
 
 def _for_each(each: bool, rule):
-    if not each:
-        return rule
-
-    def every(values: list) -> str | None:
-        for v in values:
-            if (why := rule(v)) is not None:
-                return why
-        return None
-
-    return every
+    return for_each(rule) if each else rule
 
 
 class RecordCheck:

@@ -243,8 +243,8 @@ def parse_type(declared: object) -> ColumnType:
             postgres=f"{element.postgres}[]",
             arrow=pa.string(),  # written as a Postgres array literal (eosflow.schema.values)
             expected=f"array of {element.expected}",
-            accept=_array_of(element),
-            unstorable=_each(element.unstorable),
+            accept=array_of(element.accept),
+            unstorable=for_each(element.unstorable),
             element=element,
             exact_decimals=element.exact_decimals,
         )
@@ -273,8 +273,8 @@ def parse_type(declared: object) -> ColumnType:
     return ColumnType(text, postgres, arrow, expected, accept, unstorable, ordered=ordered)
 
 
-def _array_of(element: ColumnType) -> Callable[[object], object]:
-    accept = element.accept
+def array_of(accept: Callable[[object], object]) -> Callable[[object], object]:
+    """An array's accept from its element's: a list whose elements are all accepted (NULL is not)."""
 
     def accept_array(v: object) -> object:
         if type(v) is not list:
@@ -285,10 +285,12 @@ def _array_of(element: ColumnType) -> Callable[[object], object]:
     return accept_array
 
 
-def _each(unstorable: Callable[[object], str | None]) -> Callable[[list], str | None]:
+def for_each(rule: Callable[[object], str | None]) -> Callable[[list], str | None]:
+    """An element's rule applied to an array: the first element's reason, or None."""
+
     def each(values: list) -> str | None:
         for v in values:
-            if (why := unstorable(v)) is not None:
+            if (why := rule(v)) is not None:
                 return why
         return None
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.record import _rules
-from eosflow.schema.types import BAD, ColumnType
+from eosflow.schema.types import BAD, ColumnType, array_of
 
 ENTRY_POINT_GROUP = "eosflow.transforms"
 
@@ -170,15 +170,7 @@ def _value_check(column: Column) -> Callable[[object], tuple[object, str | None]
 
 def _python_accept(ctype: ColumnType) -> Callable[[object], object]:
     if ctype.element is not None:
-        element = _python_accept(ctype.element)
-
-        def each(v: object) -> object:
-            if type(v) is not list:
-                return BAD
-            kept = [BAD if x is None else element(x) for x in v]
-            return BAD if any(x is BAD for x in kept) else kept
-
-        return each
+        return array_of(_python_accept(ctype.element))
     declared = ctype.declared
     if declared == "timestamptz":
         return lambda v: v if type(v) is datetime and v.utcoffset() is not None else BAD
