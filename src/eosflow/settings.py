@@ -83,6 +83,12 @@ class Settings:
     # testing clients against a broker that requires authentication. 0 = off.
     kafka_sasl_port: int = 19095
     kafka_sasl_password: str = "eosflow-sasl"
+    # The schema registry Avro pipelines decode with (its Confluent-compatible API), and its client
+    # settings (EOSFLOW_SCHEMA_REGISTRY_CONFIG: basic.auth.user.info, ssl.ca.location, ...).
+    # Unset: the local stack's, when it runs one (`registry_port`).
+    schema_registry_url: str = ""
+    schema_registry_config: tuple[tuple[str, str], ...] = ()
+    registry_port: int = 18081
 
     @property
     def bootstrap_servers(self) -> str:
@@ -131,6 +137,23 @@ class Settings:
         return uri + (f"?{query}" if query else "")
 
     @property
+    def stack_registry_url(self) -> str:
+        """The local stack's schema registry (Apicurio's Confluent-compatible API)."""
+        return f"http://{self.kafka_host}:{self.registry_port}/apis/ccompat/v7"
+
+    @property
+    def registry(self):  # -> eosflow.schema.avro.RegistryConfig | None
+        """The schema registry Avro pipelines use: EOSFLOW_SCHEMA_REGISTRY_URL, else none."""
+        if not self.schema_registry_url:
+            return None
+        from eosflow.schema.avro import RegistryConfig
+
+        try:
+            return RegistryConfig(self.schema_registry_url, self.schema_registry_config)
+        except ValueError as exc:
+            raise SystemExit(f"EOSFLOW_SCHEMA_REGISTRY_URL / _CONFIG: {exc}") from None
+
+    @property
     def airflow_home(self) -> Path:
         return self.state_dir / "airflow"
 
@@ -160,4 +183,7 @@ def load() -> Settings:
         pg_options=_json_object("EOSFLOW_PG_OPTIONS"),
         kafka_sasl_port=_int("EOSFLOW_KAFKA_SASL_PORT", 19095),
         kafka_sasl_password=os.environ.get("EOSFLOW_KAFKA_SASL_PASSWORD", "eosflow-sasl"),
+        schema_registry_url=os.environ.get("EOSFLOW_SCHEMA_REGISTRY_URL", "").strip(),
+        schema_registry_config=_json_object("EOSFLOW_SCHEMA_REGISTRY_CONFIG"),
+        registry_port=_int("EOSFLOW_REGISTRY_PORT", 18081),
     )

@@ -17,6 +17,7 @@ from eosflow.ingest.kafka_offsets import TopicMissingError
 from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.ingest.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
 from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
+from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailableError
 from eosflow.schema.user_transform import TransformContractError
 
 EXIT = {
@@ -35,7 +36,9 @@ EXIT = {
     TopicMissingError: 2,
     KafkaAuthenticationError: 2,
     TransformContractError: 2,
+    RegistryAuthenticationError: 2,
     KafkaUnavailableError: 1,
+    RegistryUnavailableError: 1,
 }
 OUTCOME = {
     commit.FencedError: "fenced",

@@ -22,6 +22,7 @@ from eosflow.ingest.planner import TopicRecreatedError, plan_partitions
 from eosflow.ingest.ranges import OffsetRange, Plan, batch_id_for
 from eosflow.ingest.summary import RunSummary
 from eosflow.schema import user_transform
+from eosflow.schema.avro import RegistryAuthenticationError, RegistryConfig, RegistryUnavailableError
 from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
 
@@ -108,6 +109,7 @@ def _execute(
     timer = _Timer(summary.phases)
     if pipeline.schema.transform is not None:
         user_transform.load(pipeline.schema.transform)  # not found: say so before planning anything
+    registry = registry_for(settings, pipeline)
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         version = store.declaration_version(conn, pipeline)
@@ -136,13 +138,26 @@ def _execute(
 
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
-            records_read = _read_transform_stage(settings, pipeline, plan, timer, log)
+            records_read = _read_transform_stage(settings, pipeline, plan, registry, timer, log)
             _check_topic_unchanged(settings, plan)
         commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
         with timer("commit"):
             summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
         fault_point("after_commit")
     return summary
+
+
+def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:
+    """The schema registry an Avro pipeline decodes with; refused before planning when unset."""
+    if pipeline.schema.format != "avro":
+        return None
+    if settings.registry is None:
+        raise pipelines.PipelineConfigError(
+            f"pipeline {pipeline.name!r} reads Avro, and no schema registry is configured: set "
+            "EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (`eosflow stack up` starts one at "
+            f"{settings.stack_registry_url})"
+        )
+    return settings.registry
 
 
 def _refuse_another_declaration(conn, pipeline: pipelines.Pipeline, batch_id: str, version: int) -> None:
@@ -208,13 +223,19 @@ def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
 
 
 def _read_transform_stage(
-    settings: Settings, pipeline: pipelines.Pipeline, plan: Plan, timer: _Timer, log: Log
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    timer: _Timer,
+    log: Log,
 ) -> dict[tuple[str, int], int]:
     """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging."""
     from eosflow.ingest.read import check_within_plan, data_loss_as_error, read_plan
     from eosflow.ingest.spark_session import get_spark
     from eosflow.ingest.stage import stage
     from eosflow.ingest.transform import transform
+    from eosflow.ingest.worker_errors import raised_in_workers
 
     with timer("spark start"):
         spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
@@ -222,7 +243,9 @@ def _read_transform_stage(
     with (
         timer("read+transform+stage"),
         data_loss_as_error(plan, settings.kafka),
-        user_transform.contract_errors_from_workers(),
+        raised_in_workers(
+            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
+        ),
     ):
         result = transform(
             read_plan(spark, settings.kafka, plan),
@@ -232,6 +255,7 @@ def _read_transform_stage(
             max_value_bytes=pipeline.max_value_bytes,
             schema=pipeline.schema,
             declaration_version=plan.declaration_version,
+            registry=registry,
         )
         staged = stage(settings, pipeline, plan.batch_id, result)
     records_read = check_within_plan(plan, staged.read)

@@ -20,7 +20,9 @@ only error:
    mistyped and invalid fields; or, for a pipeline with its own Python transform, the function's
    rows held to the declaration (eosflow.schema.user_transform)
 3. ``invalid key: holds a NUL character, which Postgres text cannot store (raw_key keeps the
-   bytes)``: only for `key: text`; `key: bytes` keeps any key exactly
+   bytes)``: only for `key: text`; `key: bytes` keeps any key exactly. A typed key (`key: bigint`,
+   `key: uuid`, ...) is read by eosflow.schema.record's `key_check`: ``mistyped key (expected
+   <type>)`` or ``invalid key (<why>)``
 4. ``invalid header: <name> holds a NUL character, which Postgres jsonb cannot store``:
    kafka_headers is jsonb; a NUL in the name shows as ``?``
 
@@ -47,8 +49,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosflow.schema.arrow import UTC_MICROS, to_arrow, valid_columns
-from eosflow.schema.declaration import RecordSchema
-from eosflow.schema.record import RecordCheck
+from eosflow.schema.avro import RegistryConfig
+from eosflow.schema.declaration import Column, RecordSchema
+from eosflow.schema.record import RecordCheck, key_check
 from eosflow.schema.user_transform import UserTransform
 
 if TYPE_CHECKING:
@@ -82,6 +85,7 @@ class BatchCheck:
     max_value_bytes: int
     schema: RecordSchema
     declaration_version: int | None = None  # recorded on every row (eosflow.declarations)
+    registry: RegistryConfig | None = None  # where an Avro pipeline's writer schemas are
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
@@ -89,7 +93,7 @@ class BatchCheck:
 
     @cached_property
     def _record(self) -> RecordCheck:
-        return RecordCheck(self.schema, self.max_value_bytes)
+        return RecordCheck(self.schema, self.max_value_bytes, self.registry)
 
     @cached_property
     def _user(self) -> UserTransform:
@@ -120,8 +124,13 @@ class BatchCheck:
                 gc.enable()
         timestamps = _reject_unstorable_timestamps(results, batch.column("timestamp"))
         keys = batch.column("key")
-        if self.schema.key == "text":
+        if self.schema.key_type is not None:
+            kafka_key = _typed_keys(results, keys, self.schema.key_type)
+        elif self.schema.key == "text":
             _reject_nul_keys(results, keys)
+            kafka_key = _text(keys)
+        else:
+            kafka_key = keys
         _reject_nul_headers(results, batch.column("kafka_headers"))
         errors = [error for error, _ in results]
         declared = self.schema.columns
@@ -133,7 +142,7 @@ class BatchCheck:
             "kafka_partition": batch.column("partition"),
             "kafka_offset": batch.column("offset"),
             "kafka_timestamp": timestamps,
-            "kafka_key": _text(keys) if self.schema.key == "text" else keys,
+            "kafka_key": kafka_key,
             "kafka_headers": batch.column("kafka_headers"),
             **{c.name: to_arrow(c, fields[i]) for i, c in enumerate(declared)},
             "raw_key": keys,
@@ -201,6 +210,19 @@ def _reject_nul_keys(results: list[_Result], keys: pa.Array) -> None:
         for i, hit in enumerate(nul_keys.to_pylist()):
             if hit and results[i][0] is None:
                 results[i] = (NUL_IN_KEY, None)
+
+
+def _typed_keys(results: list[_Result], keys: pa.Array, key_type) -> pa.Array:
+    """The keys read as the declared type (`key: bigint`, ...); a valid record whose key is not of it
+    is rejected in `results`. Rejected rows keep the key's bytes in raw_key."""
+    check = key_check(key_type)
+    values = []
+    for i, key in enumerate(keys.cast(pa.binary()).to_pylist()):
+        error, value = check(key)
+        if error is not None and results[i][0] is None:
+            results[i] = (error, None)
+        values.append(value if error is None else None)
+    return to_arrow(Column("kafka_key", key_type), values)
 
 
 def _reject_nul_headers(results: list[_Result], headers: pa.Array) -> None:
@@ -326,7 +348,10 @@ def transform(
     max_value_bytes: int,
     schema: RecordSchema,
     declaration_version: int | None = None,
+    registry: RegistryConfig | None = None,
 ) -> TransformResult:
     """Split Kafka records into typed `valid` rows of the declared columns and `rejected` rows."""
-    check = BatchCheck(pipeline, batch_id, transform_version, max_value_bytes, schema, declaration_version)
+    check = BatchCheck(
+        pipeline, batch_id, transform_version, max_value_bytes, schema, declaration_version, registry
+    )
     return TransformResult(df, check)

@@ -32,6 +32,8 @@ TRAILING_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
 
 
 def key_type(schema: RecordSchema) -> pa.DataType:
+    if schema.key_type is not None:
+        return schema.key_type.arrow
     return pa.binary() if schema.key == "bytes" else pa.string()
 
 

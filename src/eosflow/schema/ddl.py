@@ -35,7 +35,7 @@ def target_columns(schema: RecordSchema) -> list[tuple[str, str, bool]]:
         ("kafka_partition", "integer", True),
         ("kafka_offset", "bigint", True),
         ("kafka_timestamp", "timestamptz", False),
-        ("kafka_key", "bytea" if schema.key == "bytes" else "text", False),
+        ("kafka_key", _key_type(schema), False),
         ("kafka_headers", "jsonb", True),
         *((c.name, c.type.postgres, c.required) for c in schema.columns),
         ("batch_id", "text", True),
@@ -43,6 +43,12 @@ def target_columns(schema: RecordSchema) -> list[tuple[str, str, bool]]:
         # eosflow.declarations: NULL in rows of targets made before versions were recorded.
         ("declaration_version", "integer", False),
     ]
+
+
+def _key_type(schema: RecordSchema) -> str:
+    if schema.key_type is not None:
+        return schema.key_type.postgres
+    return "bytea" if schema.key == "bytes" else "text"
 
 
 def create_table(table: str, schema: RecordSchema, keyed: bool) -> sql.Composed:

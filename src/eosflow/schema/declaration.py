@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
 
-FORMATS = ("json",)
-KEY_KINDS = ("text", "bytes")
+FORMATS = ("json", "avro")
+KEY_KINDS = ("text", "bytes")  # or a declared scalar type: the key's text read as that type
 # Columns every target has besides the declared ones (eosflow.schema.ddl).
 RESERVED_COLUMNS = frozenset(
     {
@@ -64,7 +64,8 @@ class RecordSchema:
 
     columns: tuple[Column, ...]
     format: str = "json"
-    key: str = "text"
+    key: str = "text"  # text | bytes | a scalar type's spelling (then key_type is that type)
+    key_type: ColumnType | None = None
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
     # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
@@ -80,12 +81,7 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
     fmt = spec.get("format", "json")
     if fmt not in FORMATS:
         raise DeclarationError(f"{where}: format {fmt!r} unknown; one of {list(FORMATS)}")
-    key = spec.get("key", "text")
-    if key not in KEY_KINDS:
-        raise DeclarationError(
-            f"{where}: key {key!r} unknown; one of {list(KEY_KINDS)} (text keeps a UTF-8 key as text, "
-            "bytes keeps any key exactly as bytea)"
-        )
+    key, key_type = _key(spec.get("key", "text"), where)
     raw_columns = spec.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise DeclarationError(
@@ -115,6 +111,11 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
                 f"{where}: transform {transform!r} must be an import path such as mypackage.module:function, "
                 "or the name of an eosflow.transforms entry point"
             )
+        if fmt != "json":
+            raise DeclarationError(
+                f"{where}: a transform receives each record's raw bytes, so format {fmt!r} would never be "
+                "read: drop format (the function decodes the value) or drop transform"
+            )
         paths = [c.name for c in columns if c.path != (c.name,)]
         if paths:
             raise DeclarationError(
@@ -126,10 +127,28 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
         columns=columns,
         format=fmt,
         key=key,
+        key_type=key_type,
         business_key=business_key,
         transform=transform,
         canonical=json.dumps(written, sort_keys=True, default=str),
     )
+
+
+def _key(spec: object, where: str) -> tuple[str, ColumnType | None]:
+    """`key`: text, bytes, or a scalar type whose text form the key holds (key: bigint, key: uuid)."""
+    if spec in KEY_KINDS:
+        return str(spec), None
+    try:
+        ctype = parse_type(spec)
+    except UnknownTypeError:
+        ctype = None
+    if ctype is None or ctype.is_array:
+        raise DeclarationError(
+            f"{where}: key {spec!r} unknown; text (a UTF-8 key as text), bytes (any key exactly, as "
+            "bytea), or a scalar column type the key's text is read as (uuid, bigint, integer, double, "
+            "numeric(p,s), boolean, timestamptz, date, jsonb)"
+        )
+    return ctype.declared, ctype
 
 
 def _column(spec: object, where: str) -> Column:

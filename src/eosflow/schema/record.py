@@ -7,7 +7,9 @@ batches Spark hands a Python task. Checks, in order; the first that fails is the
 2. ``oversized: <n> bytes > <max>``
 3. ``not UTF-8``
 4. ``not JSON`` (malformed, NaN/Infinity, duplicate keys, lone surrogates, trailing content, or
-   not an object)
+   not an object); for `format: avro`, 3 and 4 are one check, ``not Avro: <why>`` (no wire-format
+   header, an unknown schema id, a schema that is not Avro or not a record, bytes that do not
+   decode; eosflow.schema.avro), and the decoded record is checked as a JSON object would be
 5. ``missing field: <column>`` (a required column absent or JSON null; ``<column> ($.path)`` when
    its source is not the top-level field of its name), across all columns in declared order
 6. ``mistyped field: <column> (expected <type>)``, likewise
@@ -24,8 +26,9 @@ import json
 from decimal import Decimal
 from operator import call
 
+from eosflow.schema.avro import AvroDecoder, RegistryConfig
 from eosflow.schema.declaration import Column, RecordSchema
-from eosflow.schema.types import BAD, for_each
+from eosflow.schema.types import BAD, ColumnType, for_each
 
 _MISSING = None  # what a getter returns for an absent field; JSON null is treated the same
 
@@ -128,7 +131,9 @@ def _for_each(each: bool, rule):
 class RecordCheck:
     """A RecordSchema compiled into the per-record check; built once per Python task."""
 
-    def __init__(self, schema: RecordSchema, max_value_bytes: int) -> None:
+    def __init__(
+        self, schema: RecordSchema, max_value_bytes: int, registry: RegistryConfig | None = None
+    ) -> None:
         if max_value_bytes < 1:
             raise ValueError(f"max_value_bytes must be >= 1, got {max_value_bytes}")
         self.schema = schema
@@ -144,7 +149,14 @@ class RecordCheck:
         self._width = len(columns)
         self._typed = _compile_typed(columns, self._getters, self._accepts, self._rules)
         self._parse = _parse_exact if self.exact_decimals else parse_object
-        self.check_value = self._checker()
+        if schema.format == "avro":
+            if registry is None:
+                raise ValueError(
+                    "an Avro pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL"
+                )
+            self.check_value = self._avro_checker(AvroDecoder(registry))
+        else:
+            self.check_value = self._checker()
 
     def __call__(self, value: bytes | None) -> tuple[str | None, list | None]:
         """(error, None) for the first failing check, or (None, the columns' typed values)."""
@@ -172,6 +184,25 @@ class RecordCheck:
             doc = parse(text)
             if doc is None:
                 return "not JSON", None
+            typed = typed_of(doc)
+            if typed is not None:
+                return None, typed
+            return first_error(doc), None
+
+        return check_value
+
+    def _avro_checker(self, decode: AvroDecoder):
+        """`__call__` for values in the Confluent Avro wire format (eosflow.schema.avro)."""
+        max_value_bytes, typed_of, first_error = self.max_value_bytes, self._typed, self.first_error
+
+        def check_value(value: bytes | None) -> tuple[str | None, list | None]:
+            if value is None:
+                return "null value", None
+            if len(value) > max_value_bytes:
+                return f"oversized: {len(value)} bytes > {max_value_bytes}", None
+            error, doc = decode(value)
+            if error is not None:
+                return error, None
             typed = typed_of(doc)
             if typed is not None:
                 return None, typed
@@ -304,3 +335,41 @@ def _constraints(column: Column, v: str, i: int, scope: dict[str, object]) -> li
         scope[f"max{i}"] = column.max
         tests.append(f"{v} <= max{i}")
     return tests
+
+
+# Key types whose text form is the key's text itself; the others' is their JSON spelling (12, 1.5,
+# true, {"a": 1}).
+_TEXTUAL_KEYS = frozenset({"text", "uuid", "timestamptz", "date"})
+
+
+def key_check(ctype: ColumnType):
+    """A typed key's check (`key: bigint`, `key: uuid`, ...): the key's bytes -> (None, the typed
+    value) or (the reason, None). A record without a key has a NULL key, as under `key: text`."""
+    textual = ctype.declared in _TEXTUAL_KEYS
+    decoder, accept, unstorable = _DECODERS[True], ctype.accept, ctype.unstorable
+    mistyped = f"mistyped key (expected {ctype.expected})"
+
+    def check(key: bytes | None) -> tuple[str | None, object]:
+        if key is None:
+            return None, None
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return "mistyped key (not UTF-8)", None
+        if textual:
+            raw: object = text
+        else:
+            try:
+                raw = decoder.decode(text.strip())
+            except (ValueError, RecursionError):
+                return mistyped, None
+            if raw is None or ("\\u" in text and not _all_unicode(raw)):
+                return mistyped, None
+        value = accept(raw)
+        if value is BAD:
+            return mistyped, None
+        if (why := unstorable(value)) is not None:
+            return f"invalid key ({why})", None
+        return None, value
+
+    return check

@@ -164,18 +164,26 @@ def _jsonb(v: object) -> object:
 
 
 def _jsonb_unstorable(v: object) -> str | None:
-    return NUL_IN_JSON if _holds_nul(v) else None
+    return _not_json(v)
 
 
-def _holds_nul(node: object) -> bool:
+def _not_json(node: object) -> str | None:
+    """Why a value cannot be written as jsonb: a NUL, or (from Avro) bytes, NaN or an infinity."""
     t = type(node)
     if t is str:
-        return _NUL in node
+        return NUL_IN_JSON if _NUL in node else None
     if t is dict:
-        return any(_NUL in k or _holds_nul(x) for k, x in node.items())
+        for k, x in node.items():
+            if (why := NUL_IN_JSON if _NUL in k else _not_json(x)) is not None:
+                return why
+        return None
     if t is list:
-        return any(_holds_nul(x) for x in node)
-    return False
+        return next((why for x in node if (why := _not_json(x)) is not None), None)
+    if t is float and not math.isfinite(node):
+        return f"holds {node}, which JSON cannot carry"
+    if t is bytes:
+        return "holds bytes, which JSON cannot carry"
+    return None
 
 
 def _numeric(precision: int, scale: int) -> tuple[Callable, Callable]:
@@ -189,8 +197,9 @@ def _numeric(precision: int, scale: int) -> tuple[Callable, Callable]:
             return Decimal(v)
         if t is float:
             # repr is the shortest text that reads back as this double: for up to 15 significant
-            # digits it is the number as written (precision above 15 parses JSON as Decimal).
-            return Decimal(repr(v))
+            # digits it is the number as written (precision above 15 parses JSON as Decimal). NaN
+            # and the infinities (an Avro double may hold them) are no numeric(p,s).
+            return Decimal(repr(v)) if math.isfinite(v) else BAD
         return BAD
 
     def unstorable(v: Decimal) -> str | None:

@@ -18,8 +18,7 @@ in the code, and no record can be trusted to it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 from importlib.metadata import entry_points
@@ -35,24 +34,6 @@ ENTRY_POINT_GROUP = "eosflow.transforms"
 
 class TransformContractError(RuntimeError):
     """The user's transform cannot be used: not found, or its output is not what the contract says."""
-
-
-@contextmanager
-def contract_errors_from_workers() -> Iterator[None]:
-    """A TransformContractError raised in a Spark task, raised again as itself in the driver.
-
-    Spark wraps a Python worker's exception in its own, with the worker's traceback as text: the
-    message is taken from the traceback's last line.
-    """
-    try:
-        yield
-    except Exception as exc:
-        text = str(exc)
-        marker = "TransformContractError: "
-        if marker not in text or isinstance(exc, TransformContractError):
-            raise
-        line = next(line for line in text.splitlines() if marker in line)
-        raise TransformContractError(line.split(marker, 1)[1].strip()) from None
 
 
 def load(reference: str) -> Callable[[pa.RecordBatch], object]:
