@@ -85,7 +85,7 @@ class Settings:
     kafka_sasl_password: str = "eosflow-sasl"
     # The schema registry Avro pipelines decode with (its Confluent-compatible API), and its client
     # settings (EOSFLOW_SCHEMA_REGISTRY_CONFIG: basic.auth.user.info, ssl.ca.location, ...).
-    # Unset: the local stack's, when it runs one (`registry_port`).
+    # Unset: the local stack's (`registry_port`; 0: the stack runs none).
     schema_registry_url: str = ""
     schema_registry_config: tuple[tuple[str, str], ...] = ()
     registry_port: int = 18081
@@ -143,13 +143,14 @@ class Settings:
 
     @property
     def registry(self):  # -> eosflow.schema.avro.RegistryConfig | None
-        """The schema registry Avro pipelines use: EOSFLOW_SCHEMA_REGISTRY_URL, else none."""
-        if not self.schema_registry_url:
+        """The schema registry Avro pipelines use: EOSFLOW_SCHEMA_REGISTRY_URL, else the stack's, if any."""
+        url = self.schema_registry_url or (self.stack_registry_url if self.registry_port else "")
+        if not url:
             return None
         from eosflow.schema.avro import RegistryConfig
 
         try:
-            return RegistryConfig(self.schema_registry_url, self.schema_registry_config)
+            return RegistryConfig(url, self.schema_registry_config)
         except ValueError as exc:
             raise SystemExit(f"EOSFLOW_SCHEMA_REGISTRY_URL / _CONFIG: {exc}") from None
 

@@ -1,6 +1,7 @@
 """An Avro topic (Confluent wire format) declared in pipelines.yml alone, through Spark and the registry.
 
-The writer schemas are registered with the schema registry the way a producer's serializer does it;
+The writer schemas are registered with the stack's schema registry (Apicurio Registry, from Maven
+Central) the way a producer's serializer does it;
 the pipeline decodes every record with its own writer schema (two versions here), lands the declared
 columns typed, and turns every record it cannot read into a rejected row with the reason. A registry
 that cannot be reached stops the run with nothing written (exit 1: a retry helps), instead of
@@ -192,16 +193,15 @@ def test_a_registry_that_cannot_be_reached_stops_the_run_and_writes_nothing(avro
 
 
 def test_an_avro_pipeline_without_a_registry_is_refused_before_planning(avro_case):
-    done = avro_case.ingest_process(EOSFLOW_SCHEMA_REGISTRY_URL="")
+    done = avro_case.ingest_process(EOSFLOW_SCHEMA_REGISTRY_URL="", EOSFLOW_REGISTRY_PORT="0")
     assert done.returncode == 2
     assert "reads Avro, and no schema registry is configured" in done.stderr
     assert avro_case.query("select count(*) from eosflow.plans where pipeline = %s", avro_case.name) == [(0,)]
 
 
 @pytest.fixture
-def schema_registry() -> RegistryConfig:
-    from tests.registry_standin import StandinRegistry
-
-    standin = StandinRegistry()
-    yield RegistryConfig(standin.url)
-    standin.close()
+def schema_registry(running_stack) -> RegistryConfig:
+    """The stack's schema registry: Apicurio Registry's Confluent-compatible API (eosflow.stack.registry)."""
+    registry = running_stack.registry
+    assert registry is not None, "the stack runs a schema registry unless EOSFLOW_REGISTRY_PORT=0"
+    return registry

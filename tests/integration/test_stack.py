@@ -27,6 +27,7 @@ def private_env(tmp_path):
         "EOSFLOW_KAFKA_CONTROLLER_PORT": _free_port(),
         "EOSFLOW_KAFKA_SASL_PORT": _free_port(),  # the SASL listener binds too: never the dev stack's
         "EOSFLOW_PG_PORT": _free_port(),
+        "EOSFLOW_REGISTRY_PORT": _free_port(),
     }
     env = dict(os.environ, EOSFLOW_STATE_DIR=str(tmp_path / "state"), **{k: str(v) for k, v in ports.items()})
     yield env, ports
@@ -56,7 +57,7 @@ def test_up_is_idempotent_status_reports_health_and_down_stops_it(private_env):
     assert first.returncode == 0, first.stderr
     assert "formatting kafka storage" in first.stderr and "creating the warehouse cluster" in first.stderr
     pids = _pids(first.stdout)
-    assert set(pids) == {"kafka", "postgres"} and "-" not in pids.values()
+    assert set(pids) == {"kafka", "postgres", "registry"} and "-" not in pids.values()
 
     second = _stack(env, "up")
     assert second.returncode == 0, second.stderr
@@ -65,14 +66,14 @@ def test_up_is_idempotent_status_reports_health_and_down_stops_it(private_env):
 
     status = _stack(env, "status")
     assert status.returncode == 0
-    assert status.stdout.count("healthy") == 2
+    assert status.stdout.count("healthy") == 3
 
     down = _stack(env, "down")
     assert down.returncode == 0
     assert all(port_is_free("127.0.0.1", p) for p in ports.values())
     after = _stack(env, "status")
     assert after.returncode == 3  # not healthy: a script can tell
-    assert after.stdout.count("stopped") == 2
+    assert after.stdout.count("stopped") == 3
 
 
 def test_a_busy_port_is_named_with_what_to_do_and_nothing_starts(private_env):

@@ -29,6 +29,7 @@ SOAK_ENV = {
     "EOSFLOW_KAFKA_CONTROLLER_PORT": "19293",
     "EOSFLOW_KAFKA_SASL_PORT": "0",  # the dev stack's SASL port stays the dev stack's
     "EOSFLOW_PG_PORT": "15632",
+    "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the soak's pipelines are JSON
 }
 RESULTS = ROOT / "soak" / "results"
 

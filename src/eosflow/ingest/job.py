@@ -138,7 +138,8 @@ def _execute(
 
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
-            records_read = _read_transform_stage(settings, pipeline, plan, registry, timer, log)
+            by_range = commit_mod.stages_by_range(conn, pipeline, plan)
+            records_read = _read_transform_stage(settings, pipeline, plan, registry, by_range, timer, log)
             _check_topic_unchanged(settings, plan)
         commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
         with timer("commit"):
@@ -154,8 +155,8 @@ def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryCo
     if settings.registry is None:
         raise pipelines.PipelineConfigError(
             f"pipeline {pipeline.name!r} reads Avro, and no schema registry is configured: set "
-            "EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (`eosflow stack up` starts one at "
-            f"{settings.stack_registry_url})"
+            "EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (the local stack runs one unless "
+            "EOSFLOW_REGISTRY_PORT is 0)"
         )
     return settings.registry
 
@@ -227,6 +228,7 @@ def _read_transform_stage(
     pipeline: pipelines.Pipeline,
     plan: Plan,
     registry: RegistryConfig | None,
+    by_range: bool,
     timer: _Timer,
     log: Log,
 ) -> dict[tuple[str, int], int]:
@@ -257,7 +259,7 @@ def _read_transform_stage(
             declaration_version=plan.declaration_version,
             registry=registry,
         )
-        staged = stage(settings, pipeline, plan.batch_id, result)
+        staged = stage(settings, pipeline, plan, result, by_range=by_range)
     records_read = check_within_plan(plan, staged.read)
     log(
         f"read {sum(records_read.values()):,} records and staged them: "

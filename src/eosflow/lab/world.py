@@ -38,6 +38,7 @@ LAB_ENV = {
     "EOSFLOW_TOXIPROXY_PORT": "19196",
     "EOSFLOW_KAFKA_SASL_PORT": "0",  # no SASL listener: the lab's clients never log in
     "EOSFLOW_PG_PORT": "15532",
+    "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the lab's pipelines are JSON
 }
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
 MODE_TAGS = {"exactly_once": "eo", "at_least_once": "alo", "at_most_once": "amo"}

@@ -14,12 +14,15 @@ from eosflow.stack import jars, process
 from eosflow.stack.errors import StackError
 from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
+from eosflow.stack.registry import RegistryService
 
 __all__ = ["StackError", "services", "up", "down", "status", "reset", "fetch", "ServiceStatus"]
 
 
-def services(settings: Settings) -> list[KafkaService | PostgresService]:
-    return [KafkaService(settings), PostgresService(settings)]
+def services(settings: Settings) -> list[KafkaService | PostgresService | RegistryService]:
+    todo = [KafkaService(settings), PostgresService(settings)]
+    # The schema registry, for Avro pipelines; EOSFLOW_REGISTRY_PORT=0 leaves it out (the lab's stacks).
+    return todo + [RegistryService(settings)] if settings.registry_port else todo
 
 
 def fetch(settings: Settings, log=print) -> None:

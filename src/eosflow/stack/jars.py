@@ -7,6 +7,7 @@ They disagree on Scala and Jackson versions and must never be mixed.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,11 @@ from eosflow.settings import Settings
 from eosflow.stack import prereqs
 from eosflow.stack.errors import StackError
 
-CLASSPATHS = ("kafka", "spark")
+CLASSPATHS = ("kafka", "spark", "registry")
+# What mvn does with each POM: copy the runtime jars, or (the schema registry, a ready-built app
+# published as one archive) unpack it.
+_GOALS = {"registry": ["dependency:unpack"]}
+_COPY = ["dependency:copy-dependencies", "-DincludeScope=runtime"]
 
 
 def _pom(settings: Settings, name: str) -> Path:
@@ -42,19 +47,12 @@ def fetch(settings: Settings, name: str, log=print) -> Path:
     pom = _pom(settings, name)
     mvn = prereqs.maven()
     log(f"fetching the {name} jars from Maven Central (once; cached in {target})")
+    if name in _GOALS:
+        shutil.rmtree(target, ignore_errors=True)  # an unpacked app: nothing of an older one may stay
     target.mkdir(parents=True, exist_ok=True)
     for old in target.glob("*.jar"):
         old.unlink()
-    cmd = [
-        mvn,
-        "-B",
-        "-q",
-        "-f",
-        str(pom),
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={target}",
-    ]
+    cmd = [mvn, "-B", "-q", "-f", str(pom), *_GOALS.get(name, _COPY), f"-DoutputDirectory={target}"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         detail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
