@@ -74,6 +74,55 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Merge adjacent committed children of partitioned targets (every pipeline, or those named)."""
+    import psycopg
+
+    from eosflow.ingest.pipelines import PipelineConfigError, load_all
+    from eosflow.warehouse import partitions
+    from eosflow.warehouse.compact import compact
+    from eosflow.warehouse.migrate import migrate
+
+    s = settings_mod.load()
+    try:
+        found = load_all(s)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    if unknown := sorted(set(args.pipeline or ()) - set(found)):
+        _log(f"error: unknown pipeline(s) {unknown}; pipelines.yml declares {sorted(found)}")
+        return 2
+    migrate(s.warehouse_dsn, log=_log)
+    with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
+        for name in args.pipeline or sorted(found):
+            target = found[name].target_table
+            if not partitions.is_partitioned(conn, target):
+                _log(f"{name}: {target} is not partitioned (not made yet, not exactly_once, or not migrated)")
+                continue
+            print(compact(conn, name, target, args.target_rows, log=_log).line(), flush=True)
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """Migrate an exactly-once target made before partitioned targets."""
+    import psycopg
+
+    from eosflow.ingest.pipelines import PipelineConfigError, load
+    from eosflow.warehouse.migrate import migrate
+    from eosflow.warehouse.repartition import RepartitionError, repartition
+
+    s = settings_mod.load()
+    try:
+        pipeline = load(s, args.pipeline)
+        migrate(s.warehouse_dsn, log=_log)
+        with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
+            repartition(conn, pipeline, log=_log)
+    except (PipelineConfigError, RepartitionError) as exc:
+        _log(f"error: {exc}")
+        return 2
+    return 0
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     from eosflow.airflow_local import serve
 
@@ -104,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eosflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("stack", help="start, stop and inspect the local Kafka + Postgres stack")
+    p = sub.add_parser("stack", help="start, stop and inspect the local Kafka, Postgres and schema registry")
     p.add_argument("action", choices=["up", "down", "status", "logs", "reset", "fetch"])
-    p.add_argument("service", nargs="?", choices=["kafka", "postgres"], help="with logs: only this one")
+    p.add_argument(
+        "service", nargs="?", choices=["kafka", "postgres", "registry"], help="with logs: only this one"
+    )
     p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
     p.set_defaults(func=cmd_stack)
 
@@ -129,6 +180,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
     p.set_defaults(func=cmd_verify)
+
+    from eosflow.warehouse.compact import DEFAULT_TARGET_ROWS
+
+    p = sub.add_parser("compact", help="merge adjacent committed children of the partitioned targets")
+    p.add_argument("--pipeline", action="append", help="only this pipeline (repeatable; default: all)")
+    p.add_argument(
+        "--target-rows",
+        type=int,
+        default=DEFAULT_TARGET_ROWS,
+        help=f"merge into children of at most this many rows (default {DEFAULT_TARGET_ROWS:,})",
+    )
+    p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("partition", help="migrate an exactly-once target made before partitioned targets")
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)

@@ -49,11 +49,16 @@ CORRUPTIONS = {
         "select pipeline, topic, partition, start_offset + 1, start_offset + 1, 'lost', 'corrupt', 0, 0, 0 "
         "from eosflow.ledger where pipeline = %(p)s and partition = 0 order by start_offset limit 1"
     ),
-    "I3 rows inside committed ranges": (  # an orphan far past every range
-        "insert into {t} select kafka_topic, kafka_partition, 999999, kafka_timestamp, kafka_key, "
+    # An orphan far past every range. The partitioned target itself refuses a row no child's range
+    # holds, so the damage is a child of its own, attached by hand, as a careless operator could.
+    "I3 rows inside committed ranges": [
+        "create table {t}_orphan (like {t} including defaults)",
+        "insert into {t}_orphan select kafka_topic, kafka_partition, 999999, kafka_timestamp, kafka_key, "
         "kafka_headers, gen_random_uuid(), event_type, event_time, order_id, customer_id, amount_cents, "
-        "currency, schema_version, batch_id, transform_version from {t} limit 1"
-    ),
+        "currency, schema_version, batch_id, transform_version from {t} where kafka_partition = 0 limit 1",
+        "alter table {t} attach partition {t}_orphan for values from ('{topic}', 0, 999999) "
+        "to ('{topic}', 0, 1000000)",
+    ],
     "I4 counts reconcile": (  # the ledger claims one record more than the output holds
         "update eosflow.ledger set records_read = records_read + 1, rows_written = rows_written + 1 "
         "where id = (select min(id) from eosflow.ledger where pipeline = %(p)s and kind = 'data')"
@@ -68,7 +73,10 @@ CORRUPTIONS = {
 def test_each_corruption_trips_exactly_its_invariant(ingested, invariant):
     with psycopg.connect(ingested.settings.warehouse_dsn) as conn:
         try:
-            conn.execute(CORRUPTIONS[invariant].format(t=ingested.table), {"p": ingested.name})
+            damage = CORRUPTIONS[invariant]
+            for statement in [damage] if isinstance(damage, str) else damage:
+                params = {"p": ingested.name} if "%(p)s" in statement else None
+                conn.execute(statement.format(t=ingested.table, topic=ingested.topic), params)
             found = invariants.check(conn, ingested.pipeline)
         finally:
             conn.rollback()

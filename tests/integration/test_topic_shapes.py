@@ -14,12 +14,13 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eosflow.ingest import backfill_run, commit, job, store
+from eosflow.ingest import backfill_run, commit, job
 from eosflow.ingest.backfill import BackfillError, BackfillRequest
 from eosflow.ingest.kafka_offsets import topic_id
 from eosflow.ingest.ranges import OffsetRange
 from eosflow.kafka_admin import admin, delete_topic
 from eosflow.produce import events
+from eosflow.warehouse import partitions
 
 pytestmark = pytest.mark.integration
 
@@ -295,7 +296,9 @@ def test_a_fenced_batch_leaves_no_staging_behind(case):
     assert case.ingest(run_id="fresh").outcome == commit.COMMITTED
     with pytest.raises(commit.FencedError):
         case.ingest(run_id="stale")
-    assert store.staging_table(plan.batch_id).split(".")[1] not in _staging_tables(case)
+    staged = partitions.staged_child(plan.batch_id, case.topic, 0).split(".")[1]
+    assert staged not in _staging_tables(case)
+    assert not case.query("select 1 from staging.ranges where batch_id = %s", plan.batch_id)
     assert not case.query("select 1 from staging.rejected where batch_id = %s", plan.batch_id)
 
 
@@ -305,7 +308,7 @@ def test_the_staging_of_a_crashed_batch_is_swept_by_a_later_run(case):
     crashed = case.ingest_process("--run-id", "crashed", EOSFLOW_CRASH_AT="after_stage")
     assert crashed.returncode != 0
     batch = f"{case.name}:crashed"
-    table = store.staging_table(batch).split(".")[1]
+    table = partitions.staged_child(batch, case.topic, 0).split(".")[1]  # staged, never attached
     assert table in _staging_tables(case)
     # Nobody retried it for a day: a later run of the pipeline drops it.
     with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
@@ -314,3 +317,4 @@ def test_the_staging_of_a_crashed_batch_is_swept_by_a_later_run(case):
         )
     assert case.ingest().outcome == commit.COMMITTED
     assert table not in _staging_tables(case)
+    assert not case.query("select 1 from staging.ranges where batch_id = %s", batch)

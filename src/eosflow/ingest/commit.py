@@ -21,7 +21,8 @@ from eosflow.faults import fault_point
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.ingest.planner import TopicRecreatedError
 from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan
-from eosflow.ingest.store import staging_table
+from eosflow.ingest.store import drop_ranges, staging_table
+from eosflow.warehouse import partitions
 
 COMMITTED = "committed"
 ALREADY_COMMITTED = "already committed"
@@ -80,12 +81,103 @@ def _commit_exactly_once(
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         _check_fencing(plan, locked)
-        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
-        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        if partitions.is_partitioned(conn, pipeline.target_table):
+            counts = _range_counts(conn, plan, records_read)
+            _attach_ranges(conn, pipeline, plan, counts)
+        else:  # a target made before partitioned targets, not migrated yet
+            counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+            _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
         _advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
+
+
+def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> bool:
+    """Whether the batch stages a child per range (to be attached) rather than one staging table."""
+    return (
+        plan.kind != "replay"
+        and pipeline.delivery == "exactly_once"
+        and partitions.is_partitioned(conn, pipeline.target_table)
+    )
+
+
+def _range_counts(
+    conn: psycopg.Connection, plan: Plan, records_read: Mapping[Key, int]
+) -> dict[Key, PartitionCounts]:
+    """What each range's task recorded it staged (no row is scanned), checked against what was read.
+
+    The rejected rows are counted too: staging.rejected is unlogged, and a crash empties it.
+    """
+    staged = {
+        (t, p): (w, j)
+        for t, p, w, j in conn.execute(
+            "select topic, partition, rows_written, rows_rejected from staging.ranges where batch_id = %s",
+            (plan.batch_id,),
+        ).fetchall()
+    }
+    rejected = {
+        (t, p): n
+        for t, p, n in conn.execute(
+            "select kafka_topic, kafka_partition, count(*) from staging.rejected where batch_id = %s "
+            "group by 1, 2",
+            (plan.batch_id,),
+        ).fetchall()
+    }
+    counts: dict[Key, PartitionCounts] = {}
+    wrong = []
+    for r in plan.ranges:
+        key = (r.topic, r.partition)
+        written, rejected_staged = staged.get(key, (0, 0))
+        c = PartitionCounts(records_read.get(key, 0), written, rejected_staged)
+        if c.written + c.rejected != c.read or rejected.get(key, 0) != c.rejected:
+            wrong.append(
+                f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected "
+                f"({rejected.get(key, 0)} rejected rows found)"
+            )
+        counts[key] = c
+    if wrong:
+        raise StagingIncompleteError(
+            f"batch {plan.batch_id}: staging does not add up to what was read ({'; '.join(wrong)}). "
+            "Nothing was committed; re-run the same run id to re-stage the batch."
+        )
+    return counts
+
+
+def _attach_ranges(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, counts: Mapping[Key, PartitionCounts]
+) -> None:
+    """Each range's staged child attached to the target (no scan, no index build), and the rejected rows.
+
+    A range whose task read no record (only aborted records or markers) gets an empty child, so every
+    committed range holds its bound in the target and an overlapping one is refused by Postgres.
+    """
+    target = pipeline.target_table
+    children = dict(
+        ((t, p), child)
+        for t, p, child in conn.execute(
+            "select topic, partition, child from staging.ranges where batch_id = %s", (plan.batch_id,)
+        ).fetchall()
+    )
+    for r in plan.ranges:
+        if r.empty:
+            continue
+        child = children.get((r.topic, r.partition))
+        if child is None:
+            child = partitions.staged_child(plan.batch_id, r.topic, r.partition)
+            for statement in partitions.create_child(target, child, r.topic, r.partition, r.start, r.end):
+                conn.execute(statement)
+            conn.execute(partitions.add_key(child))
+        committed = partitions.committed_name(target, r.topic, r.partition, r.start)
+        for statement in partitions.move(child, committed):
+            conn.execute(statement)
+        conn.execute(partitions.note_rows(committed, counts[(r.topic, r.partition)].written))
+        conn.execute(partitions.attach(target, committed, r.topic, r.partition, r.start, r.end))
+    conn.execute(
+        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s",
+        (plan.batch_id, pipeline.name),
+    )
+    conn.execute("delete from staging.ranges where batch_id = %s", (plan.batch_id,))
 
 
 def _commit_output_then_positions(
@@ -289,6 +381,7 @@ def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None
 def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
     conn.execute(sql.SQL("drop table if exists {}").format(stage))
     conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+    drop_ranges(conn, batch_id)  # children of a refused or already committed batch, never attached
 
 
 def _exists(conn: psycopg.Connection, table: sql.Composable) -> bool:

@@ -134,6 +134,14 @@ def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) 
     return name
 
 
+def drop_ranges(conn: psycopg.Connection, batch_id: str) -> None:
+    """Drop the batch's staged range children (eosflow.ingest.stage.range_writer) and forget them."""
+    for (child,) in conn.execute(
+        "delete from staging.ranges where batch_id = %s returning child", (batch_id,)
+    ).fetchall():
+        conn.execute(sql.SQL("drop table if exists {}").format(sql.Identifier(*child.split("."))))
+
+
 # A batch's staging outlives it only when its run died before the commit (a kill, a lost machine):
 # a retry with the same run id re-stages anyway, so after this long nobody will commit it.
 STAGING_TTL_HOURS = 24
@@ -157,7 +165,8 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
         if (found := _STAGING_COMMENT.fullmatch(comment or ""))
     }
     rejected = [r[0] for r in conn.execute("select distinct batch_id from staging.rejected").fetchall()]
-    batches = sorted(set(staged.values()) | set(rejected))
+    ranged = [r[0] for r in conn.execute("select distinct batch_id from staging.ranges").fetchall()]
+    batches = sorted(set(staged.values()) | set(rejected) | set(ranged))
     if not batches:
         return []
     stale = {
@@ -178,6 +187,7 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
                     if owner == batch_id:
                         conn.execute(sql.SQL("drop table if exists staging.{}").format(sql.Identifier(name)))
                 conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+                drop_ranges(conn, batch_id)
         except psycopg.errors.LockNotAvailable:
             continue  # a run is still using it; the next sweep will see
         swept.append(batch_id)

@@ -52,7 +52,7 @@ def _key_type(schema: RecordSchema) -> str:
 
 
 def create_table(table: str, schema: RecordSchema, keyed: bool) -> sql.Composed:
-    """`create table if not exists`; keyed: the offsets as primary key, which enforces I1."""
+    """`create table if not exists`; keyed: partitioned by offset range, the offsets as primary key (I1)."""
     parts = [
         sql.SQL("{} {}{}").format(
             sql.Identifier(name),
@@ -62,11 +62,16 @@ def create_table(table: str, schema: RecordSchema, keyed: bool) -> sql.Composed:
         + (sql.SQL(" default '[]'") if name == "kafka_headers" else sql.SQL(""))
         for name, pg_type, not_null in target_columns(schema)
     ]
-    if keyed:
-        parts.append(sql.SQL("primary key (kafka_topic, kafka_partition, kafka_offset)"))
-    return sql.SQL("create table if not exists {} ({})").format(
-        sql.Identifier(*table.split(".")), sql.SQL(", ").join(parts)
-    )
+    if not keyed:
+        return sql.SQL("create table if not exists {} ({})").format(
+            sql.Identifier(*table.split(".")), sql.SQL(", ").join(parts)
+        )
+    # Partitioned by offset range, a child per committed range (eosflow.warehouse.partitions): the
+    # key refuses overlapping ranges (I1) and a commit attaches its staged children.
+    parts.append(sql.SQL("primary key (kafka_topic, kafka_partition, kafka_offset)"))
+    return sql.SQL(
+        "create table if not exists {} ({}) partition by range (kafka_topic, kafka_partition, kafka_offset)"
+    ).format(sql.Identifier(*table.split(".")), sql.SQL(", ").join(parts))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,170 @@
+"""Exactly-once targets partitioned by offset range: attach without scan, overlap refused, compaction,
+replays through a child, and the migration of a target made before (issue 15)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+
+from eosflow.ingest import backfill_run, commit
+from eosflow.ingest.backfill import BackfillRequest
+from eosflow.schema import ddl
+from eosflow.warehouse import partitions
+from eosflow.warehouse.compact import compact
+
+pytestmark = pytest.mark.integration
+
+
+def _children(case) -> list[partitions.Child]:
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        return partitions.children(conn, case.table)
+
+
+def _data_ranges(case) -> list[tuple[int, int, int]]:
+    return [(p, s, e) for p, s, e, kind, *_ in case.ledger() if kind == "data" and e > s]
+
+
+def test_each_committed_range_is_a_logged_child_of_the_target_and_overlap_is_refused(case):
+    case.produce(300, seed=501, partitions=3)
+    case.ingest(max_records=60)
+    case.ingest()
+
+    children = _children(case)
+    assert sorted((c.partition, c.start, c.end) for c in children) == sorted(_data_ranges(case))
+    assert sum(c.rows for c in children) == case.query(f"select count(*) from {case.table}")[0][0]
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        persistence = {
+            r[0]
+            for r in conn.execute(
+                "select c.relpersistence from pg_inherits i join pg_class c on c.oid = i.inhrelid "
+                "where i.inhparent = %s::regclass",
+                (case.table,),
+            )
+        }
+        assert persistence == {"p"}  # never unlogged: a crash would empty an attached child
+        # Postgres itself refuses a second child over committed offsets (I1 enforced, not only checked).
+        first = children[0]
+        for statement in partitions.create_child(
+            case.table, "staging.overlap", first.topic, first.partition, first.start, first.start + 1
+        ):
+            conn.execute(statement)
+        with pytest.raises(psycopg.errors.InvalidObjectDefinition, match="would overlap partition"):
+            conn.execute(
+                partitions.attach(
+                    case.table, "staging.overlap", first.topic, first.partition, first.start, first.start + 1
+                )
+            )
+    assert case.violations() == []
+    assert case.query("select count(*) from staging.ranges where batch_id like %s", f"{case.name}%") == [(0,)]
+
+
+def test_attaching_a_staged_child_neither_scans_it_nor_builds_its_index(running_stack):
+    with psycopg.connect(running_stack.warehouse_dsn) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute(
+            "create temp table parent (kafka_topic text not null, kafka_partition int not null, "
+            "kafka_offset bigint not null, v text, primary key (kafka_topic, kafka_partition, kafka_offset)) "
+            "partition by range (kafka_topic, kafka_partition, kafka_offset)"
+        )
+        for statement in partitions.create_child("pg_temp.parent", "pg_temp.child", "t", 0, 100, 200):
+            conn.execute(statement)
+        conn.execute("insert into pg_temp.child select 't', 0, g, 'x' from generate_series(100, 199) g")
+        conn.execute(partitions.add_key("pg_temp.child"))
+        (index_before,) = conn.execute(
+            "select indexrelid from pg_index where indrelid = 'pg_temp.child'::regclass"
+        ).fetchone()
+        conn.execute("set client_min_messages = debug1")
+        conn.execute(partitions.attach("pg_temp.parent", "pg_temp.child", "t", 0, 100, 200))
+        conn.execute("reset client_min_messages")
+        assert any("is implied by existing constraints" in n for n in notices), notices
+        (index_after,) = conn.execute(
+            "select indexrelid from pg_index where indrelid = 'pg_temp.child'::regclass"
+        ).fetchone()
+        assert index_after == index_before  # the child's key was taken over, not built again
+
+
+def test_compaction_merges_adjacent_children_and_changes_no_row(case):
+    case.produce(400, seed=502, partitions=2)
+    for _ in range(4):
+        case.ingest(max_records=50)
+    before = case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
+    assert len(_children(case)) == 8
+
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        summary = compact(conn, case.name, case.table, target_rows=1_000)
+
+    assert (summary.children_before, summary.children_after) == (8, 2)
+    ranges = _data_ranges(case)
+    rows = dict(case.query(f"select kafka_partition, count(*) from {case.table} group by 1"))
+    assert [(c.partition, c.start, c.end, c.rows) for c in _children(case)] == [
+        (p, min(s for q, s, _ in ranges if q == p), max(e for q, _, e in ranges if q == p), rows[p])
+        for p in (0, 1)
+    ]
+    after = case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
+    assert after == before
+    assert case.violations() == []
+    # Runs go on after it; a replay cutting through the merged child replaces only its range.
+    assert case.ingest().outcome == commit.COMMITTED
+    middle = [(s, e) for p, s, e in _data_ranges(case) if p == 0][1]  # inside the merged child
+    request = BackfillRequest(case.name, "replay", (0,), middle[0] + 1, middle[1], chunk_size=1_000)
+    chunks = backfill_run.resolve(case.settings, request)
+    (summary,) = backfill_run.run(case.settings, request, "replay-1", chunks, log=lambda m: None)
+    assert summary.outcome == commit.COMMITTED
+    assert case.query(f"select count(*) from {case.table}") == [(400 - len(case.rejected()),)]
+    assert case.violations() == []
+
+
+def test_a_child_at_the_target_size_is_left_alone(case):
+    case.produce(300, seed=503, partitions=1)
+    case.ingest(max_records=150)
+    case.ingest(max_records=60)
+    case.ingest(max_records=60)
+    first, second, third = (c.rows for c in _children(case))
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        summary = compact(conn, case.name, case.table, target_rows=second + third)
+    assert first > second + third  # the first child is full already
+    assert [c.rows for c in _children(case)] == [first, second + third]
+    assert len(summary.merged) == 1
+
+
+def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_command(case):
+    # The shape exactly-once targets had before: one table with the offsets as primary key.
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        conn.execute("create schema if not exists raw")
+        conn.execute(ddl.create_table(case.table, case.pipeline.schema, keyed=False))
+        conn.execute(f"alter table {case.table} add primary key (kafka_topic, kafka_partition, kafka_offset)")
+        conn.execute(f"create view raw.{case.name}_v as select * from {case.table}")
+    case.produce(300, seed=504, partitions=2)
+    case.ingest(max_records=100)  # committed the old way: insert from staging
+    before = case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "partition", "--pipeline", case.name],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "is partitioned: 2 children" in done.stderr and "eosflow verify" in done.stderr
+    assert [(c.partition, c.start, c.end) for c in _children(case)] == [(0, 0, 100), (1, 0, 100)]
+    assert (
+        case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
+        == before
+    )
+    assert case.ingest().outcome == commit.COMMITTED  # the next run attaches
+    assert len(_children(case)) == 4
+    assert case.violations() == []
+    again = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "partition", "--pipeline", case.name],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0 and "partitioned already" in again.stderr
