@@ -10,7 +10,7 @@ from airflow.sdk import DAG, Asset, Param, dag
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
 from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
-from eosflow_airflow.tasks import ingest_dag_id, plan, validate_backfill, verify
+from eosflow_airflow.tasks import compact_targets, ingest_dag_id, plan, validate_backfill, verify
 
 DEFAULT_ARGS = {"owner": "eosflow", "retries": 2, "retry_delay": timedelta(seconds=20)}
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -111,3 +111,23 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
         loads >> verify()
 
     return backfill()
+
+
+def build_compact_dag() -> DAG:
+    @dag(
+        dag_id="eosflow_compact",
+        description="Merge adjacent committed children of every partitioned target",
+        schedule=timedelta(hours=1),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["eosflow", "maintenance"],
+        doc_md="Every commit attaches its ranges to the target as child tables; this merges adjacent "
+        "ones (at most 5M rows each) so their number stays bounded. Each merge takes the same locks as a "
+        "commit of its partition; one that finds the target busy is left for the next hour.",
+    )
+    def compact():
+        compact_targets()
+
+    return compact()

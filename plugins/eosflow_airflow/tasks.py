@@ -156,3 +156,27 @@ def validate_backfill() -> list[list[str]]:
         ]
         for c in chunks
     ]
+
+
+@task(task_id="compact")
+def compact_targets() -> dict:
+    """Merge adjacent committed children of every partitioned target (eosflow.warehouse.compact)."""
+    import psycopg
+
+    from eosflow.ingest.pipelines import load_all
+    from eosflow.warehouse import partitions
+    from eosflow.warehouse.compact import compact
+    from eosflow.warehouse.migrate import migrate
+
+    settings = EosflowHook().settings()
+    migrate(settings.warehouse_dsn, log=log.info)
+    done = {}
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        for name, pipeline in sorted(load_all(settings).items()):
+            if not partitions.is_partitioned(conn, pipeline.target_table):
+                log.info("%s: %s is not partitioned; nothing to compact", name, pipeline.target_table)
+                continue
+            summary = compact(conn, name, pipeline.target_table, log=log.info)
+            log.info("%s", summary.line())
+            done[name] = summary.children_after
+    return done

@@ -71,3 +71,23 @@ def test_backfill_dag_replays_a_range_in_chunks(case, airflow_db):
     versions = dict(case.query(f"select transform_version, count(*) from {case.table} group by 1"))
     assert versions == {"v2": 200, "v1": 100}
     assert case.violations() == []
+
+
+def test_compact_dag_merges_the_children_of_every_partitioned_target(case, airflow_db):
+    import psycopg
+
+    from eosflow.warehouse import partitions
+    from eosflow_airflow.dags import build_compact_dag
+
+    case.produce(300, seed=403, partitions=1)
+    for _ in range(3):
+        case.ingest(max_records=100)
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        assert len(partitions.children(conn, case.table)) == 3
+
+    run = build_compact_dag().test()
+
+    assert str(run.state) == "success", _states(run)
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        assert len(partitions.children(conn, case.table)) == 1
+    assert case.violations() == []

@@ -105,13 +105,15 @@ def test_report_renders_latest_and_scaling_from_results(tmp_path):
         (0.5, 0.4, 0.3), (1.5, 0.9, 0.4),
     )  # fmt: skip
     seconds = {"read-ceiling": 2, "write-ceiling": 5, "eosflow": 40, "overhead": 20, "handwritten": 90,
-               "streaming": 45}  # fmt: skip
+               "competent": 36, "streaming": 45}  # fmt: skip
     latest = [_fake(m, 6, 1_000_000, s) for m, s in seconds.items()]
     paths = report.write_latest(tmp_path, latest, info)
     assert [p.name for p in paths] == ["latest.md", "latest.csv", "latest.png"]
     text = (tmp_path / "latest.md").read_text()
-    assert "| ≥ 3 × the hand-written loop | 2.25 × | MISSED |" in text
-    assert "| ≥ 1 × Structured Streaming | 1.12 × | met |" in text
+    assert "| ≥ 3 × the executemany loop | 2.25 × | MISSED |" in text
+    assert "| ≥ 1.1 × Structured Streaming | 1.12 × | met |" in text
+    assert "| × the competent loop (≥ 1.0 at 4M) | 0.90 × | reported |" in text
+    assert "| commit step ≤ 0.5 s at 4M | 1.00 s | at 4M |" in text
     assert "Without it, eosflow moves 50,000 records/s" in text
     assert [r.measurement for r in read_csv(tmp_path / "latest.csv")] == list(MEASUREMENTS)
 

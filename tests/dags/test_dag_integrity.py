@@ -19,7 +19,7 @@ def dagbag():
 
 def test_every_dag_file_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"eosflow_backfill", "eosflow_ingest_orders"} <= set(dagbag.dag_ids)
+    assert {"eosflow_backfill", "eosflow_ingest_orders", "eosflow_compact"} <= set(dagbag.dag_ids)
 
 
 def test_one_ingest_dag_per_configured_pipeline(dagbag, settings):
@@ -71,3 +71,12 @@ def test_both_dags_run_spark_through_eosflows_operator(dagbag):
 def test_ingest_dags_acknowledge_data_loss_only_when_asked(dagbag):
     param = dagbag.dags["eosflow_ingest_orders"].params.get_param("acknowledge_data_loss")
     assert param.value is False and param.schema["type"] == "boolean" and param.description
+
+
+def test_compaction_runs_hourly_and_never_twice_at_once(dagbag):
+    from datetime import timedelta
+
+    dag = dagbag.dags["eosflow_compact"]
+    assert dag.max_active_runs == 1
+    assert dag.timetable.delta == timedelta(hours=1)
+    assert [t.task_id for t in dag.tasks] == ["compact"]

@@ -63,6 +63,7 @@ class Ingested:
 
     def restore(self) -> None:
         with self.conn.transaction():
+            self.conn.execute(sql.SQL("drop table if exists {}_orphan").format(self.table))
             for snap, source, where in self._tables():
                 self.conn.execute(
                     sql.SQL("delete from {} where {}").format(source, where), {"p": self.case.name}
@@ -213,11 +214,19 @@ def _ledger_overlap(w: Ingested) -> dict[str, Any]:
 
 
 def _orphan_row(w: Ingested) -> dict[str, Any]:
+    # The partitioned target refuses a row no child's range holds: the orphan comes in a child of its
+    # own, attached by hand (restore() drops it).
+    w.execute("create table {t}_orphan (like {t} including defaults)")
     w.execute(
-        "insert into {t} select kafka_topic, kafka_partition, 999999, kafka_timestamp, kafka_key, "
+        "insert into {t}_orphan select kafka_topic, kafka_partition, 999999, kafka_timestamp, kafka_key, "
         "kafka_headers, gen_random_uuid(), event_type, event_time, order_id, customer_id, amount_cents, "
         "currency, schema_version, batch_id, transform_version from {t} "
         "where kafka_partition = 0 order by kafka_offset limit 1"
+    )
+    topic = w.case.topic.replace("'", "''")  # a DDL statement takes no parameters
+    w.execute(
+        f"alter table {{t}} attach partition {{t}}_orphan for values from ('{topic}', 0, 999999) "
+        f"to ('{topic}', 0, 1000000)"
     )
     return {"partition": 0, "kafka_offset": 999999, "covering_data_ranges": 0}
 

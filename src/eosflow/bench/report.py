@@ -24,7 +24,8 @@ SHORT = {
     "write-ceiling": "write ceiling",
     "eosflow": "eosflow",
     "overhead": "eosflow, 1 record",
-    "handwritten": "hand-written loop",
+    "handwritten": "executemany loop",
+    "competent": "competent loop",
     "streaming": "Structured Streaming",
 }
 
@@ -141,18 +142,27 @@ def _targets(by: dict[str, Result]) -> list[str]:
         slower = min(ceilings, key=lambda r: r.records_per_s)
         rows.append(_target(f"≥ 0.5 × the slower ceiling ({SHORT[slower.measurement]})", eos, slower, 0.5))
     if "handwritten" in by:
-        rows.append(_target("≥ 3 × the hand-written loop", eos, by["handwritten"], 3.0))
+        rows.append(_target("≥ 3 × the executemany loop", eos, by["handwritten"], 3.0))
     if "streaming" in by:
-        rows.append(_target("≥ 1 × Structured Streaming", eos, by["streaming"], 1.0))
+        rows.append(_target("≥ 1.1 × Structured Streaming", eos, by["streaming"], 1.1))
+    if "competent" in by:
+        # Issue 15: at least 1.0 x the competent loop at 4M (scaling.md); at 1M the ratio is reported.
+        goal = 1.0 if eos.loaded >= 4_000_000 else None
+        rows.append(_target("× the competent loop (≥ 1.0 at 4M)", eos, by["competent"], goal))
+    if "commit" in eos.detail:
+        commit_s = eos.detail["commit"]
+        verdict = ("met" if commit_s <= 0.5 else "MISSED") if eos.loaded >= 4_000_000 else "at 4M"
+        rows.append(f"| commit step ≤ 0.5 s at 4M | {commit_s:.2f} s | {verdict} |")
     if "overhead" in by:
         rows.append(f"| fixed overhead of a run (1 record), reported | {by['overhead'].seconds:,.1f} s | |")
     rows.append("| driver memory flat as records grow | see scaling.md | |")
     return rows
 
 
-def _target(what: str, eos: Result, other: Result, goal: float) -> str:
+def _target(what: str, eos: Result, other: Result, goal: float | None) -> str:
     ratio = eos.records_per_s / other.records_per_s if other.records_per_s else 0.0
-    return f"| {what} | {ratio:.2f} × | {'met' if ratio >= goal else 'MISSED'} |"
+    verdict = "reported" if goal is None else "met" if ratio >= goal else "MISSED"
+    return f"| {what} | {ratio:.2f} × | {verdict} |"
 
 
 def _profile(eos: Result, overhead: Result | None) -> list[str]:

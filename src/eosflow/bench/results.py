@@ -13,10 +13,12 @@ MEASUREMENTS: dict[str, str] = {
     "write-ceiling": "Write ceiling: Postgres COPY",
     "eosflow": "eosflow ingest, end to end",
     "overhead": "eosflow fixed overhead (1 record)",
-    "handwritten": "Hand-written loop (confluent-kafka, executemany)",
+    "handwritten": "executemany loop (confluent-kafka, at-least-once)",
+    "competent": "Competent loop (assign, eosflow's checks, COPY + positions in one transaction)",
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
 }
-WRITERS = ("write-ceiling", "eosflow", "handwritten", "streaming")  # fill a table with the loaded rows
+# fill a table with the loaded rows
+WRITERS = ("write-ceiling", "eosflow", "handwritten", "competent", "streaming")
 
 CSV_FIELDS = (
     "run_id",

@@ -185,6 +185,32 @@ def _handwritten(ctx: _Context) -> Result:
     )
 
 
+def _competent(ctx: _Context) -> Result:
+    table = ctx.table("competent")
+    with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
+        targets.create_like_orders(conn, table)
+    cmd = [
+        sys.executable,
+        "-m",
+        "eosflow.bench.competent",
+        "--topic",
+        ctx.workload.topic,
+        "--table",
+        table,
+        "--partitions",
+        str(ctx.cell.partitions),
+    ]
+    try:
+        measured = run_measured("competent loop", cmd, ctx.log_path("competent"), ctx.log)
+    finally:
+        with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
+            targets.drop(conn, f"{table}_positions", f"{table}_rejected")
+    stats = worker_result(measured, "competent loop")
+    return ctx.result(
+        "competent", measured, int(stats["rows"]), measured.wall_s, "its process, start to exit", detail=stats
+    )
+
+
 def _streaming(ctx: _Context) -> Result:
     table = ctx.table("streaming")
     checkpoint = ctx.work_dir / f"checkpoint-{ctx.cell.name}"
@@ -223,6 +249,7 @@ RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "eosflow": _eosflow,
     "overhead": _overhead,
     "handwritten": _handwritten,
+    "competent": _competent,
     "streaming": _streaming,
 }
 assert tuple(RUNNERS) == tuple(MEASUREMENTS)

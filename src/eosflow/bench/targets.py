@@ -1,8 +1,9 @@
 """The bench's target tables: the shape of eosflow's output, created, checked and dropped.
 
-Every measurement that writes rows writes into a table `like raw.orders including all` (columns,
-defaults, and the (topic, partition, offset) primary key), so each pays for the same key and the
-same types as eosflow's own target. Tables live in schema `bench`, one per measurement and run.
+Every measurement that writes rows writes into a table made from the project's orders declaration
+(the columns and types eosflow's target has, and the (topic, partition, offset) primary key), so each
+pays for the same key and the same types as eosflow's own target (which is partitioned by offset
+range besides). Tables live in schema `bench`, one per measurement and run.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from eosflow import settings as settings_mod
+from eosflow.ingest import pipelines
+from eosflow.schema import ddl
+from eosflow.schema.declaration import parse_schema
+from eosflow.settings import Settings
+
 SCHEMA = "bench"
-TEMPLATE = "raw.orders"  # eosflow's orders output, created by its migrations
 
 # raw.orders' columns in order: what the COPY file, the hand-written loop and the streaming job write.
 COLUMNS: tuple[str, ...] = (
@@ -63,12 +69,18 @@ def ensure_schema(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(SCHEMA)))
 
 
-def create_like_orders(conn: psycopg.Connection, table: str) -> None:
-    """A fresh, empty table shaped like eosflow's target, primary key included."""
+def create_like_orders(conn: psycopg.Connection, table: str, settings: Settings | None = None) -> None:
+    """A fresh, empty table shaped like eosflow's orders target, primary key included (not partitioned)."""
+    s = settings or settings_mod.load()
+    schema = parse_schema(pipelines.declaration(s.root / "pipelines.yml", "orders"), "orders")
+    name = f"{SCHEMA}.{table.rpartition('.')[2]}"
     ensure_schema(conn)
     conn.execute(sql.SQL("drop table if exists {}").format(qualified(table)))
+    conn.execute(ddl.create_table(name, schema, keyed=False))
     conn.execute(
-        sql.SQL("create table {} (like {} including all)").format(qualified(table), qualified(TEMPLATE))
+        sql.SQL("alter table {} add primary key (kafka_topic, kafka_partition, kafka_offset)").format(
+            qualified(table)
+        )
     )
 
 

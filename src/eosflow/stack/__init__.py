@@ -57,6 +57,9 @@ def reset(settings: Settings, log=print) -> None:
     down(settings, log=log)
     for svc in services(settings):
         svc.reset()
+    from eosflow.warehouse.migrate import forget
+
+    forget()
     shutil.rmtree(settings.state_dir / "manifests", ignore_errors=True)
     log("stack reset: kafka storage and the warehouse are gone; `eosflow stack up` starts afresh")
 

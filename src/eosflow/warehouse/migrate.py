@@ -9,6 +9,9 @@ import psycopg
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Any constant works; it keeps two processes from applying the same migration at once.
 _LOCK_KEY = 0x0E05F10
+# Warehouses this process has brought up to date: a process runs every migration it ships before its
+# first run, so later runs (a stream's batches, a backfill's chunks, the tests) need not ask again.
+_CURRENT: set[str] = set()
 
 
 def pending(conn: psycopg.Connection) -> list[Path]:
@@ -20,8 +23,15 @@ def pending(conn: psycopg.Connection) -> list[Path]:
     return [p for p in sorted(MIGRATIONS.glob("*.sql")) if p.stem not in done]
 
 
+def forget() -> None:
+    """Ask the warehouse again at the next migrate() (after a reset wiped it)."""
+    _CURRENT.clear()
+
+
 def migrate(dsn: str, log=print) -> list[str]:
-    """Apply what is pending; returns the versions applied now."""
+    """Apply what is pending, once per warehouse and process; returns the versions applied now."""
+    if dsn in _CURRENT:
+        return []
     applied: list[str] = []
     with psycopg.connect(dsn) as conn:
         conn.execute("select pg_advisory_lock(%s)", (_LOCK_KEY,))
@@ -37,4 +47,5 @@ def migrate(dsn: str, log=print) -> list[str]:
         finally:
             conn.execute("select pg_advisory_unlock(%s)", (_LOCK_KEY,))
             conn.commit()
+    _CURRENT.add(dsn)
     return applied
