@@ -17,93 +17,27 @@ from decimal import Decimal
 
 import fastavro
 import pytest
-from confluent_kafka import Producer
 
-from eosflow.kafka_admin import ensure_topic
 from eosflow.schema.avro import RegistryConfig, SchemaRegistry, encode
+from tests.avro_clicks import DECLARATION, WRITER, click
+from tests.integration.test_declared_pipeline import _produce
 
 pytestmark = pytest.mark.integration
 
-V1 = {
-    "type": "record",
-    "name": "Click",
-    "namespace": "shop",
-    "fields": [
-        {"name": "click_id", "type": {"type": "string", "logicalType": "uuid"}},
-        {"name": "url", "type": "string"},
-        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {
-            "name": "customer",
-            "type": [
-                "null",
-                {"type": "record", "name": "Customer", "fields": [{"name": "id", "type": "string"}]},
-            ],
-            "default": None,
-        },
-        {"name": "n_items", "type": "long"},
-        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["view", "add", "buy"]}},
-        {"name": "tags", "type": {"type": "array", "items": "string"}},
-        {"name": "attrs", "type": {"type": "map", "values": "double"}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "score", "type": "double"},
-    ],
-}
+V1 = WRITER
 # v2 (a compatible evolution): customer dropped, a field nobody declared added.
 V2 = {
     **V1,
     "fields": [f for f in V1["fields"] if f["name"] != "customer"]
     + [{"name": "note", "type": "string", "default": ""}],
 }
-DECLARATION = {
-    "format": "avro",
-    "key": "bigint",
-    "columns": [
-        {"name": "click_id", "type": "uuid", "required": True},
-        {"name": "url", "type": "text", "required": True, "pattern": "^https?://"},
-        {"name": "ts", "type": "timestamptz", "required": True},
-        {"name": "customer", "type": "text", "source": "$.customer.id"},
-        {"name": "n_items", "type": "bigint", "min": 0},
-        {"name": "price", "type": "numeric(12,2)"},
-        {"name": "kind", "type": "text", "enum": ["view", "add", "buy"]},
-        {"name": "tags", "type": "text[]"},
-        {"name": "attrs", "type": "jsonb"},
-        {"name": "day", "type": "date"},
-        {"name": "score", "type": "double"},
-    ],
-    "business_key": "click_id",
-}
-
-
-def click(i: int, **changes: object) -> dict:
-    return {
-        "click_id": uuid.UUID(int=i),
-        "url": f"https://shop.example/p/{i}",
-        "ts": datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=UTC),
-        "customer": {"id": f"c-{i}"},
-        "n_items": i,
-        "price": Decimal("9999999999.99"),
-        "kind": "buy",
-        "tags": ["sale", 'say "hi"', "{braces}"],
-        "attrs": {"w": 1.5},
-        "day": date(2026, 2, 28),
-        "score": float("nan") if i == 3 else -0.125,
-    } | changes
 
 
 @pytest.fixture
 def avro_case(case, schema_registry):
-    case.write_config(**DECLARATION)
+    case.write_config(**DECLARATION, key="bigint")
     case.settings = dataclasses.replace(case.settings, schema_registry_url=schema_registry.url)
     return case
-
-
-def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
-    ensure_topic(bootstrap, topic, 2, log=lambda m: None)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i, (key, value) in enumerate(records):
-        producer.produce(topic, key=key, value=value, partition=i % 2)
-    assert producer.flush(30) == 0
 
 
 def test_an_avro_topic_lands_typed_from_its_declaration_and_its_writer_schemas(avro_case, schema_registry):
@@ -113,7 +47,11 @@ def test_an_avro_topic_lands_typed_from_its_declaration_and_its_writer_schemas(a
     v2 = registry.register(f"{case.topic}-value", V2)
     assert v1 != v2
     p1, p2 = fastavro.parse_schema(V1), fastavro.parse_schema(V2)
-    good = [(str(i).encode(), encode(v1, p1, click(i))) for i in range(1, 5)]
+    # i = 3: NaN, which an Avro double may hold, and a double precision column stores.
+    good = [
+        (str(i).encode(), encode(v1, p1, click(i, score=float("nan") if i == 3 else -0.125)))
+        for i in range(1, 5)
+    ]
     evolved = {k: v for k, v in click(5).items() if k != "customer"} | {"note": "v2"}
     good.append((b"5", encode(v2, p2, evolved)))
     poison = [
@@ -137,7 +75,7 @@ def test_an_avro_topic_lands_typed_from_its_declaration_and_its_writer_schemas(a
     assert summary.outcome == "committed"
     assert case.violations() == []
     rows = case.query(
-        "select kafka_key, click_id, url, ts, customer, n_items, price, kind, tags, attrs, day, score, "
+        "select kafka_key, click_id, url, ts, customer, n_items, price, kind, tags, attrs, ok, day, score, "
         f"declaration_version from {case.table} order by kafka_key"
     )
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
@@ -151,11 +89,12 @@ def test_an_avro_topic_lands_typed_from_its_declaration_and_its_writer_schemas(a
         "buy",
         ["sale", 'say "hi"', "{braces}"],
         {"w": 1.5},
+        True,
         date(2026, 2, 28),
         -0.125,
         1,
     )
-    assert rows[2][11] != rows[2][11]  # NaN: an Avro double may hold it, and double precision stores it
+    assert rows[2][12] != rows[2][12]  # NaN: an Avro double may hold it, and double precision stores it
     assert rows[4][4] is None  # written under v2, which has no customer
     reasons = sorted(r[2] for r in case.rejected())
     assert len(reasons) == len(poison)

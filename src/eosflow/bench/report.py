@@ -117,7 +117,7 @@ def latest_markdown(results: list[Result], info: RunInfo) -> str:
     lines = ["# eosflow bench: latest results", "", *_main_table(results, info)]
     lines += ["", "What `seconds` covers:", ""]
     lines += [f"- {SHORT[r.measurement]}: {r.timed}." for r in results]
-    lines += ["", "## Targets (issue 7)", ""] + _targets(by) + [""]
+    lines += ["", "## Targets (issue 15; issue 7's first two)", ""] + _targets(by) + [""]
     if "eosflow" in by:
         lines += ["## Where eosflow's time goes", ""] + _profile(by["eosflow"], by.get("overhead")) + [""]
     lines += ["## Checks", ""]

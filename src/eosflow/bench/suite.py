@@ -157,57 +157,39 @@ def _overhead(ctx: _Context) -> Result:
 
 
 def _handwritten(ctx: _Context) -> Result:
-    table = ctx.table("handwritten")
-    with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
-        targets.create_like_orders(conn, table)
-    cmd = [
-        sys.executable,
-        "-m",
-        "eosflow.bench.handwritten",
-        "--topic",
-        ctx.workload.topic,
-        "--table",
-        table,
-        "--partitions",
-        str(ctx.cell.partitions),
-        "--group",
-        f"bench-hand-{ctx.cell.name}",
-    ]
-    measured = run_measured("hand-written loop", cmd, ctx.log_path("handwritten"), ctx.log)
-    stats = worker_result(measured, "hand-written loop")
-    return ctx.result(
-        "handwritten",
-        measured,
-        int(stats["rows"]),
-        measured.wall_s,
-        "its process, start to exit",
-        detail=stats,
-    )
+    return _loop(ctx, "handwritten", "executemany loop", "--group", f"bench-hand-{ctx.cell.name}")
 
 
 def _competent(ctx: _Context) -> Result:
     table = ctx.table("competent")
+    try:
+        return _loop(ctx, "competent", "competent loop")
+    finally:  # its positions and rejected rows, beside the table the checks read
+        with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
+            targets.drop(conn, f"{table}_positions", f"{table}_rejected")
+
+
+def _loop(ctx: _Context, measurement: str, label: str, *args: str) -> Result:
+    """A single-process consumer loop (eosflow.bench.<measurement>) into a table of its own."""
+    table = ctx.table(measurement)
     with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
         targets.create_like_orders(conn, table)
     cmd = [
         sys.executable,
         "-m",
-        "eosflow.bench.competent",
+        f"eosflow.bench.{measurement}",
         "--topic",
         ctx.workload.topic,
         "--table",
         table,
         "--partitions",
         str(ctx.cell.partitions),
+        *args,
     ]
-    try:
-        measured = run_measured("competent loop", cmd, ctx.log_path("competent"), ctx.log)
-    finally:
-        with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
-            targets.drop(conn, f"{table}_positions", f"{table}_rejected")
-    stats = worker_result(measured, "competent loop")
+    measured = run_measured(label, cmd, ctx.log_path(measurement), ctx.log)
+    stats = worker_result(measured, label)
     return ctx.result(
-        "competent", measured, int(stats["rows"]), measured.wall_s, "its process, start to exit", detail=stats
+        measurement, measured, int(stats["rows"]), measured.wall_s, "its process, start to exit", detail=stats
     )
 
 

@@ -124,24 +124,9 @@ def _range_counts(
             (plan.batch_id,),
         ).fetchall()
     }
-    counts: dict[Key, PartitionCounts] = {}
-    wrong = []
-    for r in plan.ranges:
-        key = (r.topic, r.partition)
-        written, rejected_staged = staged.get(key, (0, 0))
-        c = PartitionCounts(records_read.get(key, 0), written, rejected_staged)
-        if c.written + c.rejected != c.read or rejected.get(key, 0) != c.rejected:
-            wrong.append(
-                f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected "
-                f"({rejected.get(key, 0)} rejected rows found)"
-            )
-        counts[key] = c
-    if wrong:
-        raise StagingIncompleteError(
-            f"batch {plan.batch_id}: staging does not add up to what was read ({'; '.join(wrong)}). "
-            "Nothing was committed; re-run the same run id to re-stage the batch."
-        )
-    return counts
+    written = {key: w for key, (w, _) in staged.items()}
+    recorded = {key: j for key, (_, j) in staged.items()}
+    return _add_up(plan, records_read, written, recorded, rejected)
 
 
 def _attach_ranges(
@@ -317,13 +302,31 @@ def _staged_counts(
             (plan.batch_id, pipeline.name),
         ).fetchall()
     }
+    return _add_up(plan, records_read, written, rejected)
+
+
+def _add_up(
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    written: Mapping[Key, int],
+    rejected: Mapping[Key, int],
+    rejected_found: Mapping[Key, int] | None = None,
+) -> dict[Key, PartitionCounts]:
+    """Each range's counts, or StagingIncompleteError if staging does not add up to what was read.
+
+    rejected_found: the rejected rows staging.rejected holds, when `rejected` is what tasks recorded.
+    """
     counts: dict[Key, PartitionCounts] = {}
     wrong = []
     for r in plan.ranges:
         key = (r.topic, r.partition)
         c = PartitionCounts(records_read.get(key, 0), written.get(key, 0), rejected.get(key, 0))
-        if c.written + c.rejected != c.read:
-            wrong.append(f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected")
+        found = c.rejected if rejected_found is None else rejected_found.get(key, 0)
+        if c.written + c.rejected != c.read or found != c.rejected:
+            wrong.append(
+                f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected"
+                + ("" if found == c.rejected else f" ({found} rejected rows found)")
+            )
         counts[key] = c
     if wrong:
         raise StagingIncompleteError(
