@@ -123,6 +123,21 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark_cluster(args: argparse.Namespace) -> int:
+    from eosflow.stack.spark_cluster import SparkCluster
+
+    cluster = SparkCluster(settings_mod.load(), workers=args.workers)
+    if args.action == "up":
+        print(cluster.up(log=_log))
+        return 0
+    if args.action == "down":
+        cluster.down(log=_log)
+        return 0
+    alive = cluster.alive_workers()
+    print(f"{cluster.master_url}: {alive} of {args.workers} workers alive")
+    return 0 if alive >= args.workers else 3
+
+
 def cmd_airflow(args: argparse.Namespace) -> int:
     from eosflow.airflow_local import serve
 
@@ -196,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("partition", help="migrate an exactly-once target made before partitioned targets")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
     p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser(
+        "spark-cluster",
+        help="a Spark standalone master and workers (pyspark's spark-class); use with EOSFLOW_SPARK_MASTER",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--workers", type=int, default=2, help="how many workers (default 2, one core each)")
+    p.set_defaults(func=cmd_spark_cluster)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)

@@ -38,7 +38,7 @@ from eosflow.ingest import cli as ingest_cli
 from eosflow.ingest import pipelines as pipelines_mod
 from eosflow.ingest.backfill import BackfillError, BackfillRequest
 from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
-from eosflow.ingest.ranges import OffsetRange
+from eosflow.ingest.ranges import OffsetRange, batch_id_for
 from eosflow.ingest.read import ReadDataLossError
 from eosflow.settings import Settings
 from eosflow.warehouse import invariants
@@ -244,9 +244,27 @@ class ScheduleMachine(RuleBasedStateMachine):
     def _must_lose(self, parts: set[int] | None = None) -> bool:
         return any(p in parts for p, _ in self.pipe.lost_pending) if parts else bool(self.pipe.lost_pending)
 
+    def _settle_committed_kills(self) -> None:
+        """A killed run may have died after its commit (a kill at after_commit, or a late random one):
+        what it acknowledged is settled from then on, whether or not its retry has run yet. Whether it
+        committed is a fact of the kill's timing, so the model asks the warehouse for that batch alone."""
+        for run_id, _, acked in self.killed:
+            if not acked:
+                continue
+            with psycopg.connect(self.dsn) as conn:
+                row = conn.execute(
+                    "select status from eosflow.plans where batch_id = %s",
+                    (batch_id_for(self.pipe.name, run_id),),
+                ).fetchone()
+            if row is not None and row[0] == "committed":
+                self.pipe.lost_acked |= acked & (self.pipe.lost_pending | self.pipe.lost_maybe)
+                self.pipe.lost_pending -= acked
+                self.pipe.lost_maybe -= acked
+
     def _committed_normal(self, acknowledged: bool, partitions: int | None = None) -> None:
         """A normal run (every partition) committed: what that settles in the model."""
         pipe = self.pipe
+        self._settle_committed_kills()
         if pipe.lost_pending and not acknowledged:
             self._violation(
                 f"a run without --acknowledge-data-loss committed although retention deleted "

@@ -22,6 +22,7 @@ README_END = "<!-- eosflow-bench:latest:end -->"
 SHORT = {
     "read-ceiling": "read ceiling",
     "write-ceiling": "write ceiling",
+    "write-ceiling-2": "write ceiling, 2 writers",
     "eosflow": "eosflow",
     "overhead": "eosflow, 1 record",
     "handwritten": "executemany loop",

@@ -11,6 +11,7 @@ from pathlib import Path
 MEASUREMENTS: dict[str, str] = {
     "read-ceiling": "Read ceiling: Kafka ConsumerPerformance",
     "write-ceiling": "Write ceiling: Postgres COPY",
+    "write-ceiling-2": "Write ceiling: Postgres COPY, 2 writers",
     "eosflow": "eosflow ingest, end to end",
     "overhead": "eosflow fixed overhead (1 record)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",
@@ -18,7 +19,7 @@ MEASUREMENTS: dict[str, str] = {
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
 }
 # fill a table with the loaded rows
-WRITERS = ("write-ceiling", "eosflow", "handwritten", "competent", "streaming")
+WRITERS = ("write-ceiling", "write-ceiling-2", "eosflow", "handwritten", "competent", "streaming")
 
 CSV_FIELDS = (
     "run_id",

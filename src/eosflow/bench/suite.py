@@ -100,22 +100,27 @@ def _read_ceiling(ctx: _Context) -> Result:
     )
 
 
-def _write_ceiling(ctx: _Context) -> Result:
+def _write_ceiling(ctx: _Context, measurement: str = "write-ceiling", writers: int = 1) -> Result:
     assert ctx.workload.copy_file is not None
-    table = ctx.table("write-ceiling")
+    table = ctx.table(measurement)
     with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
         targets.create_like_orders(conn, table)
     cmd = [sys.executable, "-m", "eosflow.bench.ceilings", "copy", table, str(ctx.workload.copy_file)]
-    measured = run_measured("write ceiling", cmd, ctx.log_path("write-ceiling"), ctx.log)
-    stats = worker_result(measured, "write ceiling")
+    label = "write ceiling" if writers == 1 else f"write ceiling, {writers} writers"
+    measured = run_measured(label, cmd + ["--writers", str(writers)], ctx.log_path(measurement), ctx.log)
+    stats = worker_result(measured, label)
     return ctx.result(
-        "write-ceiling",
+        measurement,
         measured,
         ctx.workload.records,
         stats["copy_s"],
-        "COPY from the first byte to the commit",
+        "COPY from the first byte to the commit" + ("" if writers == 1 else " of the last writer"),
         detail=stats,
     )
+
+
+def _write_ceiling_parallel(ctx: _Context) -> Result:
+    return _write_ceiling(ctx, "write-ceiling-2", writers=2)
 
 
 def _eosflow(
@@ -228,6 +233,7 @@ def _streaming(ctx: _Context) -> Result:
 RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "read-ceiling": _read_ceiling,
     "write-ceiling": _write_ceiling,
+    "write-ceiling-2": _write_ceiling_parallel,
     "eosflow": _eosflow,
     "overhead": _overhead,
     "handwritten": _handwritten,
