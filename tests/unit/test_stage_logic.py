@@ -99,3 +99,21 @@ def test_a_task_that_read_nothing_reports_an_empty_typed_tally_without_connectin
     (tally,) = list(write(iter([])))
     assert tally.num_rows == 0
     assert [str(t) for t in tally.schema.types] == ["string", "int32", "bool", "int64", "int64", "int64"]
+
+
+def test_a_range_task_that_read_nothing_reports_an_empty_typed_tally_without_connecting():
+    # Staging by range (partitioned targets): a range of only aborted records makes no child; the
+    # commit gives it an empty one. The tally must still match mapInArrow's declared schema.
+    from types import SimpleNamespace
+
+    from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan
+    from eosflow.ingest.stage import range_writer
+
+    plan = Plan("b", "p", "r", (PartitionPlan(OffsetRange("t", 0, 0, 10), first_seen=True),))
+    pipeline = SimpleNamespace(target_table="raw.t")
+    write = range_writer(
+        "postgresql://nobody@127.0.0.1:1/none", pipeline, plan, BatchCheck("p", "b", "v", 10, SCHEMA)
+    )
+    (tally,) = list(write(iter([])))
+    assert tally.num_rows == 0
+    assert [str(t) for t in tally.schema.types] == ["string", "int32", "bool", "int64", "int64", "int64"]
