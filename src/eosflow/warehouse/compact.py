@@ -112,11 +112,16 @@ def compact(
     rows = child_rows(conn, children)
     for merge in plan_merges(children, rows, target_rows):
         try:
-            _merge(conn, pipeline, target, merge)
+            merged = _merge(conn, pipeline, target, merge)
         except psycopg.errors.LockNotAvailable:
             summary.skipped.append(
                 f"{merge.topic}[{merge.partition}] {merge.start}-{merge.end}: "
                 f"the target was busy for {LOCK_TIMEOUT}"
+            )
+            continue
+        if not merged:
+            summary.skipped.append(
+                f"{merge.topic}[{merge.partition}]: changed by another compaction meanwhile"
             )
             continue
         summary.merged.append(merge)
@@ -145,7 +150,8 @@ def _ident(qualified: str) -> sql.Identifier:
     return sql.Identifier(*qualified.split("."))
 
 
-def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -> None:
+def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -> bool:
+    """Merge one run of children; False if they changed since the plan (left for next time)."""
     digest = hashlib.sha256(f"{target}\x00{merge.topic}\x00{merge.partition}\x00{merge.start}".encode())
     merged = f"staging.compact_{digest.hexdigest()[:24]}"
     with conn.transaction():
@@ -157,7 +163,7 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
         )
         current = {c.table: c for c in partitions.children(conn, target)}
         if any(current.get(c.table) != c for c in merge.children):
-            return  # a replay or another compaction changed these children since the plan: next time
+            return False  # another compaction changed these children since the plan
         for statement in partitions.create_child(
             target, merged, merge.topic, merge.partition, merge.start, merge.end
         ):
