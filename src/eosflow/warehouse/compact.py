@@ -189,3 +189,4 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
         conn.execute(
             partitions.attach(target, committed, merge.topic, merge.partition, merge.start, merge.end)
         )
+    return True
