@@ -23,6 +23,17 @@ def _children(case) -> list[partitions.Child]:
         return partitions.children(conn, case.table)
 
 
+def _partition(case) -> subprocess.CompletedProcess:
+    """`eosflow partition --pipeline <case>`, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "partition", "--pipeline", case.name],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def _data_ranges(case) -> list[tuple[int, int, int]]:
     return [(p, s, e) for p, s, e, kind, *_ in case.ledger() if kind == "data" and e > s]
 
@@ -142,13 +153,7 @@ def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_c
     case.ingest(max_records=100)  # committed the old way: insert from staging
     before = case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
 
-    done = subprocess.run(
-        [sys.executable, "-m", "eosflow.cli", "partition", "--pipeline", case.name],
-        env=case.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _partition(case)
 
     assert done.returncode == 0, done.stderr
     assert "is partitioned: 2 children" in done.stderr and "eosflow verify" in done.stderr
@@ -160,11 +165,5 @@ def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_c
     assert case.ingest().outcome == commit.COMMITTED  # the next run attaches
     assert len(_children(case)) == 4
     assert case.violations() == []
-    again = subprocess.run(
-        [sys.executable, "-m", "eosflow.cli", "partition", "--pipeline", case.name],
-        env=case.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    again = _partition(case)
     assert again.returncode == 0 and "partitioned already" in again.stderr
