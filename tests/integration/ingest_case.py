@@ -91,6 +91,16 @@ class IngestCase:
         with psycopg.connect(self.settings.warehouse_dsn) as conn:
             return conn.execute(sql, params).fetchall()
 
+    def column_types(self) -> dict[str, str]:
+        """The target's columns and their types as Postgres prints them (format_type)."""
+        return dict(
+            self.query(
+                "select attname, format_type(atttypid, atttypmod) from pg_attribute "
+                "where attrelid = %s::regclass and attnum > 0 and not attisdropped",
+                self.table,
+            )
+        )
+
     def event_ids(self) -> list[str]:
         return [str(r[0]) for r in self.query(f"select event_id from {self.table}")]
 

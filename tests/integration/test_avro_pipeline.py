@@ -100,13 +100,7 @@ def test_an_avro_topic_lands_typed_from_its_declaration_and_its_writer_schemas(a
     assert len(reasons) == len(poison)
     for _, _, reason in poison:
         assert sum(r.startswith(reason) for r in reasons) == 1, (reason, reasons)
-    types = dict(
-        case.query(
-            "select attname, format_type(atttypid, atttypmod) from pg_attribute "
-            "where attrelid = %s::regclass and attnum > 0 and not attisdropped",
-            case.table,
-        )
-    )
+    types = case.column_types()
     assert types["kafka_key"] == "bigint" and types["price"] == "numeric(12,2)"
 
 

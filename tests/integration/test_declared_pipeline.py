@@ -154,13 +154,7 @@ def test_a_json_topic_no_code_knows_lands_typed_from_its_declaration_alone(case)
     for reason in ("not JSON", "not UTF-8", "null value", "oversized: 5000 bytes > 4096"):
         assert reason in reasons
 
-    declared = dict(
-        case.query(
-            "select attname, format_type(atttypid, atttypmod) from pg_attribute "
-            "where attrelid = %s::regclass and attnum > 0 and not attisdropped",
-            case.table,
-        )
-    )
+    declared = case.column_types()
     assert {k: declared[k] for k in ("click_id", "price", "tags", "payload", "day", "score", "sizes")} == {
         "click_id": "uuid",
         "price": "numeric(12,2)",
