@@ -120,7 +120,9 @@ def test_a_batch_check_returns_every_row_once_in_the_declared_columns():
     checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch(values, [b"k", None, b"k\xff", b"", b"x"]))
     assert checked.schema.names == [name for name, _ in CHECKED_COLUMNS]
     assert checked.column("kafka_offset").to_pylist() == list(range(len(values)))
-    assert checked.column("raw_value").to_pylist() == values
+    # Raw bytes are kept for rejected rows only: a valid row's columns already hold what it said.
+    assert checked.column("raw_value").to_pylist() == [None, None, b"{}", values[3], b"\xff"]
+    assert checked.column("raw_key").to_pylist() == [None, None, b"k\xff", b"", b"x"]
     assert checked.column("error").to_pylist() == [
         None,
         "null value",
@@ -143,6 +145,12 @@ def test_a_batch_check_leaves_the_garbage_collector_as_it_found_it(enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_batch_without_rejections_carries_no_raw_bytes():
+    checked = BatchCheck("p", "b", "v", 4096, SCHEMA)(_kafka_batch([value(), value()], [b"k", b"j"]))
+    assert checked.column("error").null_count == 2
+    assert checked.column("raw_value").null_count == 2 and checked.column("raw_key").null_count == 2
 
 
 def test_an_empty_batch_checks_to_an_empty_batch():
@@ -302,5 +310,5 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not
     assert checked.column("error").to_pylist() == [message] * 4 + [None]
     assert checked.column("kafka_timestamp").cast(pa.int64()).to_pylist() == [None] * 4 + [0]
     assert checked.column("event_id").to_pylist() == [None] * 4 + [GOOD["event_id"]]
-    assert checked.column("raw_value").to_pylist() == values + [value()]  # the bytes stay as read
-    assert checked.column("raw_key").to_pylist() == keys + [b"k"]
+    assert checked.column("raw_value").to_pylist() == values + [None]  # a rejected row's bytes as read
+    assert checked.column("raw_key").to_pylist() == keys + [None]

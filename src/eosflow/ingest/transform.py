@@ -133,6 +133,7 @@ class BatchCheck:
             kafka_key = keys
         _reject_nul_headers(results, batch.column("kafka_headers"))
         errors = [error for error, _ in results]
+        error_column = pa.array(errors, pa.string())
         declared = self.schema.columns
         empty = (None,) * len(declared)
         fields = list(zip(*(typed or empty for _, typed in results), strict=True)) or [()] * len(declared)
@@ -145,9 +146,8 @@ class BatchCheck:
             "kafka_key": kafka_key,
             "kafka_headers": batch.column("kafka_headers"),
             **{c.name: to_arrow(c, fields[i]) for i, c in enumerate(declared)},
-            "raw_key": keys,
-            "raw_value": batch.column("value"),
-            "error": pa.array(errors, pa.string()),
+            **_raw_bytes(error_column, keys, batch.column("value")),
+            "error": error_column,
             "batch_id": _constant(self.batch_id, n),
             "transform_version": _constant(self.transform_version, n),
             "declaration_version": pa.array([self.declaration_version] * n, pa.int32()),
@@ -162,6 +162,19 @@ class BatchCheck:
         """The function a Spark task runs over its Arrow batches (for mapInArrow)."""
         for batch in batches:
             yield self(batch)
+
+
+def _raw_bytes(errors: pa.Array, key: pa.Array, value: pa.Array) -> dict[str, pa.Array]:
+    """raw_key and raw_value for the rejected rows only: a valid row's columns hold what it said,
+    and most batches reject nothing, so most batches carry no second copy of their bytes."""
+    n = len(errors)
+    if errors.null_count == n:
+        return {"raw_key": pa.nulls(n, pa.binary()), "raw_value": pa.nulls(n, pa.binary())}
+    rejected = pc.is_valid(errors)
+    return {
+        "raw_key": pc.if_else(rejected, key, pa.scalar(None, key.type)),
+        "raw_value": pc.if_else(rejected, value, pa.scalar(None, value.type)),
+    }
 
 
 # One record's check: (None, its typed fields), or (the first check it fails, None).

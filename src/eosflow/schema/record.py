@@ -151,9 +151,7 @@ class RecordCheck:
         self._parse = _parse_exact if self.exact_decimals else parse_object
         if schema.format == "avro":
             if registry is None:
-                raise ValueError(
-                    "an Avro pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL"
-                )
+                raise ValueError("an Avro pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL")
             self.check_value = self._avro_checker(AvroDecoder(registry))
         else:
             self.check_value = self._checker()
