@@ -17,9 +17,17 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def target_asset(pipeline: Pipeline) -> Asset:
-    """The pipeline's output table, so downstream DAGs can be scheduled on new data."""
+    """The pipeline's output table (or topic), so downstream DAGs can be scheduled on new data."""
+    if pipeline.kafka_sink is not None:
+        topic = pipeline.kafka_sink.output_topic
+        return Asset(name=f"kafka.{topic}", uri=f"kafka://kafka/{topic}")
     schema, table = pipeline.target_table.split(".")
     return Asset(name=f"warehouse.{pipeline.target_table}", uri=f"postgres://warehouse/{schema}/{table}")
+
+
+def _output(pipeline: Pipeline) -> str:
+    sink = pipeline.kafka_sink
+    return f"`{pipeline.target_table}`" if sink is None else f"Kafka topic `{sink.output_topic}`"
 
 
 def build_ingest_dag(pipeline: Pipeline) -> DAG:
@@ -27,7 +35,7 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
 
     @dag(
         dag_id=ingest_dag_id(pipeline.name),
-        description=f"{', '.join(pipeline.topics)} -> {pipeline.target_table}, exactly once",
+        description=f"{', '.join(pipeline.topics)} -> {_output(pipeline)}, exactly once",
         schedule=interval,
         start_date=START,
         catchup=False,
@@ -43,8 +51,9 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
                 "them in the ledger as a 'lost' range and the run continues from the log start",
             ),
         },
-        doc_md=f"Ingests `{', '.join(pipeline.topics)}` into `{pipeline.target_table}`: plan (persisted, "
-        "reused by retries), the Spark job (read_committed, one commit transaction), then the invariants. "
+        doc_md=f"Ingests `{', '.join(pipeline.topics)}` into {_output(pipeline)}: plan (persisted, "
+        "reused by retries), the Spark job (read_committed; one commit transaction in Postgres, or one Kafka "
+        "transaction per partition for a Kafka sink), then the checks (dbt, or Kafka read back). "
         "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`.",
     )
     def ingest():

@@ -20,13 +20,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from eosflow.settings import Settings
+
+if TYPE_CHECKING:
+    from eosflow.verify_kafka import KafkaVerifyResult
 
 # The dbt project ships inside the package (the checkout's dbt/ is a link to it): an installed eosflow
 # verifies without a checkout.
@@ -234,11 +237,15 @@ def _render(row: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in row.items())
 
 
-def verify_pipeline(settings: Settings, pipeline_name: str) -> VerifyResult:
+def verify_pipeline(settings: Settings, pipeline_name: str) -> VerifyResult | KafkaVerifyResult:
     """The invariants I1-I6 and the marts of one configured pipeline (what `eosflow verify` runs)."""
     from eosflow.ingest import pipelines
 
     pipeline = pipelines.load(settings, pipeline_name)
+    if pipeline.kafka_sink is not None:  # no table to build models on: Kafka is read back instead
+        from eosflow.verify_kafka import verify_kafka_sink
+
+        return verify_kafka_sink(settings, pipeline)
     declared = {c.name for c in pipeline.schema.columns}
     return run_dbt(
         settings,

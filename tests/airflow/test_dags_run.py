@@ -30,6 +30,23 @@ def test_ingest_dag_lands_every_record_once_and_a_cleared_task_duplicates_nothin
     assert len(case.event_ids()) == len(manifest.visible()) and case.ledger() == ledger
 
 
+def test_ingest_dag_runs_a_kafka_sink_plan_spark_job_and_kafka_verify(case, airflow_db):
+    from eosflow_airflow.dags import build_ingest_dag
+    from tests.kafka_reader import read_all, sources
+
+    case.as_kafka_sink()
+    manifest = case.produce(400, seed=404, transactional_id=f"{case.name}-tx", abort_ratio=0.2, txn_size=50)
+    run = build_ingest_dag(case.pipeline).test()
+    assert str(run.state) == "success", _states(run)
+    out = read_all(case.settings, case.output_topic)
+    assert len(out) == len(manifest.visible()) and set(sources(out).values()) == {1}
+
+    again = case.ingest_process("--run-id", run.run_id)  # a cleared Spark task: already committed
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "ALREADY COMMITTED" in again.stdout
+    assert len(read_all(case.settings, case.output_topic)) == len(manifest.visible())
+
+
 def test_backfill_dag_fails_fast_on_an_invalid_request(case, airflow_db):
     from eosflow_airflow.dags import build_backfill_dag
 

@@ -46,6 +46,15 @@ class IngestCase:
         self.spec |= changes
         self.config_path.write_text(yaml.safe_dump({"pipelines": {self.name: self.spec}}))
 
+    def as_kafka_sink(self, **extra) -> None:
+        """The same pipeline with `sink: kafka`, writing to out.<name> (and out.<name>.rejected)."""
+        self.spec.pop("target_table", None)
+        self.write_config(sink="kafka", output_topic=f"out.{self.name}", **extra)
+
+    @property
+    def output_topic(self) -> str:
+        return self.spec["output_topic"]
+
     @property
     def topic(self) -> str:
         return self.spec["topics"][0]

@@ -46,6 +46,7 @@ def resolve(
         pipeline = pipelines.load(settings, request.pipeline)
     except pipelines.PipelineConfigError as exc:
         raise BackfillError(str(exc)) from None
+    refuse_replay_into_kafka(pipeline, request.mode)
     migrate(settings.warehouse_dsn, log=lambda m: None)
     topic = backfill_topic(pipeline, request.topic)
     with psycopg.connect(settings.warehouse_dsn) as conn:
@@ -89,6 +90,17 @@ def resolve(
             "(Airflow's core.max_map_length); use a larger chunk_size, or fewer partitions"
         )
     return chunks
+
+
+def refuse_replay_into_kafka(pipeline: pipelines.Pipeline, mode: str) -> None:
+    """A replay re-writes committed records; into a topic that is a second copy for every consumer."""
+    if pipeline.kafka_sink is not None and mode == "replay":
+        raise BackfillError(
+            f"pipeline {pipeline.name!r} writes to Kafka topic {pipeline.kafka_sink.output_topic!r}: a "
+            "replay would append a second copy of the range for every downstream consumer, which no one "
+            "can take back. Not done. To re-derive a range, write it to a new output_topic with a new "
+            "pipeline; catch-up backfills are fine."
+        )
 
 
 def backfill_topic(pipeline: pipelines.Pipeline, topic: str | None) -> str:

@@ -76,8 +76,8 @@ def _commit_exactly_once(
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
-        locked = _lock_positions(conn, plan)
-        if _already_committed(conn, plan.batch_id):
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         _check_fencing(plan, locked)
@@ -87,7 +87,7 @@ def _commit_exactly_once(
         else:  # a target made before partitioned targets, not migrated yet
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _advance(conn, plan, counts)
+        advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
@@ -171,7 +171,7 @@ def _commit_output_then_positions(
     """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
-        if _already_committed(conn, plan.batch_id):
+        if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
@@ -179,8 +179,8 @@ def _commit_output_then_positions(
         _clear_staging(conn, stage, plan.batch_id)
     fault_point("in_commit")  # output visible, positions not moved: the duplicate window
     with conn.transaction():
-        _check_fencing(plan, _lock_positions(conn, plan))
-        _advance(conn, plan, counts)
+        _check_fencing(plan, lock_positions(conn, plan))
+        advance(conn, plan, counts)
         _finish(conn, stage, plan)
     return COMMITTED, counts
 
@@ -191,13 +191,13 @@ def _commit_positions_then_output(
     """at_most_once: the positions commit first; a crash before the output does loses it."""
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
-        locked = _lock_positions(conn, plan)
-        if _already_committed(conn, plan.batch_id):
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         _check_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
-        _advance(conn, plan, counts)
+        advance(conn, plan, counts)
         conn.execute(
             "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
             (plan.batch_id,),
@@ -209,7 +209,7 @@ def _commit_positions_then_output(
     return COMMITTED, counts
 
 
-def _advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, PartitionCounts]) -> None:
+def advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, PartitionCounts]) -> None:
     """One ledger row per range (and per acknowledged loss), and the positions moved to the ends."""
     for part in plan.partitions:
         r, key = part.range, (part.range.topic, part.range.partition)
@@ -227,7 +227,7 @@ def _advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, Partitio
             )
 
 
-def _lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, Locked]:
+def lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, Locked]:
     # Partition order everywhere, so two commits of one pipeline can never deadlock.
     rows = conn.execute(
         "select topic, partition, next_offset, topic_id, replays from eosflow.positions "
@@ -245,7 +245,7 @@ def _check_topic_identity(plan: Plan, locked: Mapping[Key, Locked]) -> None:
             raise TopicRecreatedError(plan.pipeline, part.range.topic, stored.topic_id, part.topic_id)
 
 
-def _expected_position(part: PartitionPlan) -> int | None:
+def expected_position(part: PartitionPlan) -> int | None:
     """Where the stored position must be for this part to commit: its start, or none at all.
 
     Only a partition's first range commits onto no position, and the planner makes a first range
@@ -262,7 +262,7 @@ def _check_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
     moved = []
     for part in plan.partitions:
         key = (part.range.topic, part.range.partition)
-        expected = _expected_position(part)
+        expected = expected_position(part)
         if key not in locked or locked[key].next_offset != expected:
             found = locked[key].next_offset if key in locked else "no position row"
             moved.append(
@@ -421,8 +421,8 @@ def commit_replay(
     stage = sql.SQL(staging_table(plan.batch_id))
     target = sql.SQL(pipeline.target_table)
     with _staging_dropped_on_refusal(conn, plan), conn.transaction():
-        locked = _lock_positions(conn, plan)
-        if _already_committed(conn, plan.batch_id):
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         _check_topic_identity(plan, locked)
@@ -521,7 +521,7 @@ def _staging_dropped_on_refusal(conn: psycopg.Connection, plan: Plan) -> Iterato
         raise
 
 
-def _already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
+def already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
     (done,) = conn.execute(
         "select exists (select 1 from eosflow.ledger where batch_id = %s) "
         "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",

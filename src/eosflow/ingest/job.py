@@ -67,7 +67,7 @@ def prepare(
         user_transform.load(pipeline.schema.transform)  # not found: the plan task says so, not Spark
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        store.ensure_target(conn, pipeline)
+        _prepare_sink(conn, settings, pipeline, log)
         version = store.declaration_version(conn, pipeline)
         batch_id = batch_id_for(pipeline.name, run_id)
         return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log)
@@ -85,6 +85,7 @@ def run_chunk(
     if kind not in ("catch-up", "replay"):
         raise ValueError(f"a chunk is a catch-up or a replay, not {kind!r}")
     pipeline = pipelines.load(settings, pipeline_name)
+    backfill_run.refuse_replay_into_kafka(pipeline, kind)
     batch_id = batch_id_for(pipeline.name, run_id, chunk, kind)
 
     def make_plan(conn, version: int) -> tuple[Plan, str | None]:
@@ -114,7 +115,7 @@ def _execute(
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         version = store.declaration_version(conn, pipeline)
         _refuse_another_declaration(conn, pipeline, batch_id, version)  # before the target changes
-        store.ensure_target(conn, pipeline)
+        _prepare_sink(conn, settings, pipeline, log)
         store.sweep_staging(conn, log)
         with timer("plan"):
             plan, status = make_plan(conn, version)
@@ -136,6 +137,14 @@ def _execute(
             log(f"delivery {pipeline.delivery}: the commit is split in two transactions (see DESIGN.md)")
         fault_point("after_plan")
 
+        if pipeline.kafka_sink is not None:
+            with timer("commit"):
+                from eosflow.ingest import kafka_ledger
+
+                outcomes = _produce(settings, pipeline, plan, registry, timer, log)
+                summary.outcome, summary.counts = kafka_ledger.mirror(conn, plan, outcomes)
+            fault_point("after_commit")
+            return summary
         records_read: dict[tuple[str, int], int] = {}
         if plan.nonempty:
             by_range = commit_mod.stages_by_range(conn, pipeline, plan)
@@ -146,6 +155,76 @@ def _execute(
             summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
         fault_point("after_commit")
     return summary
+
+
+def _prepare_sink(conn, settings: Settings, pipeline: pipelines.Pipeline, log: Log) -> None:
+    """The sink ready before planning: the warehouse's target table, or a Kafka sink's topics checked
+    and its ledger caught up with what Kafka committed."""
+    if pipeline.kafka_sink is None:
+        store.ensure_target(conn, pipeline)
+        return
+    from eosflow.ingest import kafka_ledger, kafka_topics
+
+    kafka_topics.prepare(settings.kafka, pipeline, log)
+    kafka_ledger.reconcile(conn, settings.kafka, pipeline, log)
+
+
+def _produce(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    timer: _Timer,
+    log: Log,
+) -> dict:
+    """A Kafka sink's steps 2 to 5: each Spark task reads its range, checks it, and produces it with its
+    offsets in one Kafka transaction (eosflow.ingest.kafka_sink)."""
+    from eosflow.ingest import kafka_sink
+    from eosflow.ingest.read import data_loss_as_error, read_plan
+    from eosflow.ingest.transform import transform
+    from eosflow.ingest.worker_errors import raised_in_workers
+
+    if not plan.nonempty:  # no record to read: only first ranges and losses, offsets alone, no Spark
+        return {
+            (p.range.topic, p.range.partition): kafka_sink.offsets_only(
+                settings.kafka, pipeline, p, plan.batch_id
+            )
+            for p in plan.partitions
+            if p.first_seen or p.lost is not None
+        }
+    from eosflow.ingest.spark_session import get_spark
+
+    _check_topic_unchanged(settings, plan)  # before any range commits: nothing would undo it
+    with timer("spark start"):
+        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+    fault_point("before_read")
+    with (
+        timer("read+transform+produce"),
+        data_loss_as_error(plan, settings.kafka),
+        raised_in_workers(
+            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
+        ),
+    ):
+        result = transform(
+            read_plan(spark, settings.kafka, plan),
+            pipeline=pipeline.name,
+            batch_id=plan.batch_id,
+            transform_version=pipeline.transform_version,
+            max_value_bytes=pipeline.max_value_bytes,
+            schema=pipeline.schema,
+            declaration_version=plan.declaration_version,
+            registry=registry,
+        )
+        outcomes = kafka_sink.produce_plan(settings.kafka, pipeline, plan, result.source, result.check)
+    # Each task checked its range before committing it (kafka_sink.RangeTransaction.commit).
+    sink = pipeline.kafka_sink
+    log(
+        f"produced {sum(o.written for o in outcomes.values()):,} records to {sink.output_topic} and "
+        f"{sum(o.rejected for o in outcomes.values()):,} to {sink.dead_letter_topic}, each range with its "
+        "offsets in one Kafka transaction: "
+        + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
+    )
+    return outcomes
 
 
 def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:

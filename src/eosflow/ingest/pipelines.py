@@ -53,6 +53,20 @@ class InitialOffset:
         )
 
 
+SINKS = ("warehouse", "kafka")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
+
+
+@dataclass(frozen=True)
+class KafkaSink:
+    """Where a `sink: kafka` pipeline writes: one Kafka transaction per source partition and run."""
+
+    output_topic: str
+    dead_letter_topic: str  # rejected records, in the same transaction as the output
+    key_column: str | None = None  # None: the source record's key, byte for byte
+    transaction_timeout_ms: int = 60_000
+
+
 @dataclass(frozen=True)
 class Pipeline:
     name: str
@@ -64,10 +78,15 @@ class Pipeline:
     max_records_per_partition: int
     max_value_bytes: int
     delivery: str = "exactly_once"
+    kafka_sink: KafkaSink | None = None  # None: the warehouse (target_table) is the sink
 
     @property
     def topic(self) -> str:
         return self.topics[0]
+
+    @property
+    def sink(self) -> str:
+        return "warehouse" if self.kafka_sink is None else "kafka"
 
 
 def pipelines_file(settings: Settings) -> Path:
@@ -92,12 +111,14 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
     found = {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
     writers: dict[str, str] = {}
     for name, p in found.items():
-        if p.target_table in writers:
-            raise PipelineConfigError(
-                f"{path}: pipelines {writers[p.target_table]!r} and {name!r} both write {p.target_table}; "
-                "each pipeline needs a target_table of its own (the ledger and invariants are per pipeline)"
-            )
-        writers[p.target_table] = name
+        outputs = [p.target_table] if p.kafka_sink is None else [f"topic {p.kafka_sink.output_topic}"]
+        for output in outputs:
+            if output in writers:
+                raise PipelineConfigError(
+                    f"{path}: pipelines {writers[output]!r} and {name!r} both write {output}; each pipeline "
+                    "needs an output of its own (the ledger and the checks are per pipeline)"
+                )
+            writers[output] = name
     return found
 
 
@@ -155,6 +176,11 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "max_records_per_partition",
         "max_value_bytes",
         "delivery",
+        "sink",
+        "output_topic",
+        "dead_letter_topic",
+        "output_key",
+        "transaction_timeout_ms",
     }
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -168,11 +194,19 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         raise PipelineConfigError(
             f"{where}: topics must be a list of one or more distinct topic names (records of the same schema)"
         )
+    sink = spec.get("sink", "warehouse")
+    if sink not in SINKS:
+        raise PipelineConfigError(f"{where}: sink {sink!r} unknown; one of {list(SINKS)}")
     table = str(spec.get("target_table", ""))
-    if not _TABLE.match(table):
+    if sink == "kafka":
+        if "target_table" in spec:
+            raise PipelineConfigError(
+                f"{where}: a kafka sink writes to output_topic, not to a table: remove target_table"
+            )
+    elif not _TABLE.match(table):
         raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
     schema = table.split(".")[0]
-    if schema in _RESERVED_SCHEMAS or schema.startswith("pg_"):
+    if sink == "warehouse" and schema in _RESERVED_SCHEMAS or schema.startswith("pg_"):
         raise PipelineConfigError(
             f"{where}: target_table {table!r} is in schema {schema!r}, which eosflow or Postgres keeps for "
             "itself; put the output in a schema of its own, e.g. raw.<table>"
@@ -185,6 +219,16 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
         raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
+    kafka_sink = _kafka_sink(spec, schema, where) if sink == "kafka" else None
+    if kafka_sink is None and (
+        extra := sorted({"output_topic", "dead_letter_topic", "output_key"} & set(spec))
+    ):
+        raise PipelineConfigError(f"{where}: {extra} only apply to sink: kafka")
+    if kafka_sink is not None and delivery == "at_most_once":
+        raise PipelineConfigError(
+            f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "
+            "is a warehouse sink's comparison mode only"
+        )
 
     def positive(key: str, default: int) -> int:
         value = spec.get(key, default)
@@ -202,4 +246,38 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         max_records_per_partition=positive("max_records_per_partition", 500_000),
         max_value_bytes=positive("max_value_bytes", 65_536),
         delivery=delivery,
+        kafka_sink=kafka_sink,
     )
+
+
+def _kafka_sink(spec: dict, schema: RecordSchema, where: str) -> KafkaSink:
+    topics = {}
+    for key in ("output_topic", "dead_letter_topic"):
+        if key not in spec and key == "dead_letter_topic":
+            continue
+        topic = spec.get(key)
+        if not isinstance(topic, str) or not _TOPIC.match(topic):
+            raise PipelineConfigError(
+                f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
+                + (" (sink: kafka needs one)" if topic is None else "")
+            )
+        topics[key] = topic
+    output = topics["output_topic"]
+    dead_letter = topics.get("dead_letter_topic", f"{output}.rejected")
+    if output in spec["topics"] or dead_letter in spec["topics"] or output == dead_letter:
+        raise PipelineConfigError(
+            f"{where}: output_topic {output!r}, dead_letter_topic {dead_letter!r} and the source topics "
+            "must all differ: a pipeline that reads its own output would never finish"
+        )
+    key_column = spec.get("output_key")
+    if key_column is not None and key_column not in {c.name for c in schema.columns}:
+        raise PipelineConfigError(
+            f"{where}: output_key {key_column!r} is not a declared column; one of "
+            f"{[c.name for c in schema.columns]}, or leave it out to keep each source record's key"
+        )
+    timeout = spec.get("transaction_timeout_ms", 60_000)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1_000:
+        raise PipelineConfigError(
+            f"{where}: transaction_timeout_ms must be a whole number >= 1000, not {timeout!r}"
+        )
+    return KafkaSink(output, dead_letter, key_column, timeout)

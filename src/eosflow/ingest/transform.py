@@ -43,7 +43,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,6 +73,18 @@ REJECTED_COLUMNS: list[tuple[str, pa.DataType]] = [
 def checked_columns(schema: RecordSchema) -> list[tuple[str, pa.DataType]]:
     """Both halves' columns and `error`, in one batch: one pass over the source can write both."""
     return list(dict([("pipeline", pa.string()), *valid_columns(schema), *REJECTED_COLUMNS]).items())
+
+
+# One record's check: (None, its typed fields), or (the first check it fails, None).
+_Result = tuple[str | None, list | None]
+
+
+class CheckedRecords(NamedTuple):
+    """One Arrow batch's records checked: results in record order, and the columns the check fixed."""
+
+    results: list[_Result]
+    timestamps: pa.Array  # the Kafka timestamps, NULL where the warehouse could not keep one
+    kafka_key: pa.Array  # the key as the declaration types it
 
 
 @dataclass(frozen=True)
@@ -107,8 +119,8 @@ class BatchCheck:
     def valid_names(self) -> list[str]:
         return [name for name, _ in valid_columns(self.schema)]
 
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        n = batch.num_rows
+    def records(self, batch: pa.RecordBatch) -> CheckedRecords:
+        """Every record's check, typed as Python values: what a sink that is not a table encodes."""
         check = self._record.check_value if self.schema.transform is None else None
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
@@ -132,6 +144,12 @@ class BatchCheck:
         else:
             kafka_key = keys
         _reject_nul_headers(results, batch.column("kafka_headers"))
+        return CheckedRecords(results, timestamps, kafka_key)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        results, timestamps, kafka_key = self.records(batch)
+        keys = batch.column("key")
         errors = [error for error, _ in results]
         error_column = pa.array(errors, pa.string())
         declared = self.schema.columns
@@ -176,9 +194,6 @@ def _raw_bytes(errors: pa.Array, key: pa.Array, value: pa.Array) -> dict[str, pa
         "raw_value": pc.if_else(rejected, value, pa.scalar(None, value.type)),
     }
 
-
-# One record's check: (None, its typed fields), or (the first check it fails, None).
-_Result = tuple[str | None, list | None]
 
 # The instants every reader of the warehouse gets back exactly, in Spark's microseconds since
 # 1970-01-01 UTC: Postgres refuses year 0 in the form the COPY writes, Arrow's CSV writer cannot

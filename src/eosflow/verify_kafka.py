@@ -1,0 +1,183 @@
+"""`eosflow verify` for a Kafka sink: every source record read appears exactly once downstream.
+
+A Kafka sink has no table for dbt to check, so the check reads Kafka itself, read_committed, as a
+downstream consumer would: the source records in the ledger's committed ranges on one side, and on
+the other every record of the output and dead-letter topics, each naming its source record in its
+`eosflow-source-*` headers. A source record missing is a loss, one found twice a duplicate, and a
+record that names no committed source record is something that should not be there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import psycopg
+
+from eosflow.ingest.kafka_sink import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from eosflow.ingest.pipelines import Pipeline
+from eosflow.settings import Settings
+
+Coordinates = tuple[str, int, int]  # (source topic, partition, offset)
+SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.name:<46} {'ok' if self.ok else 'FAILED'}  {self.detail}"
+
+
+@dataclass(frozen=True)
+class KafkaVerifyResult:
+    """The same shape as verify.VerifyResult, so the CLI and the DAG's verify task print either."""
+
+    pipeline: str
+    checks: tuple[Finding, ...]
+    returncode: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.checks)
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.checks if not f.ok]
+
+    def table(self) -> str:
+        lines = [f"Kafka verify of pipeline {self.pipeline}: {'ok' if self.ok else 'FAILED'}"]
+        return "\n".join(lines + [f"  {f.describe()}" for f in self.checks])
+
+
+def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
+    sink = pipeline.kafka_sink
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        ranges = conn.execute(
+            "select topic, partition, start_offset, end_offset from eosflow.ledger "
+            "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
+            (pipeline.name,),
+        ).fetchall()
+        written, rejected = conn.execute(
+            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
+            "where pipeline = %s and kind = 'data'",
+            (pipeline.name,),
+        ).fetchone()
+    source = set(_source_records(settings.kafka, ranges))
+    output = Counter(_named_sources(settings.kafka, sink.output_topic))
+    dead = Counter(_named_sources(settings.kafka, sink.dead_letter_topic))
+    found = output + dead
+    lost = sorted(source - found.keys())
+    twice = sorted(k for k, n in found.items() if n > 1)
+    foreign = sorted(k for k in found if k not in source)
+    checks = (
+        Finding(
+            "every source record read appears",
+            not lost,
+            f"{len(source):,} source records in {len(ranges)} committed ranges"
+            + (f"; {len(lost):,} missing, e.g. {_show(lost)}" if lost else ""),
+        ),
+        Finding(
+            "no source record appears twice",
+            not twice,
+            f"{len(twice):,} appear more than once, e.g. {_show(twice)}" if twice else "",
+        ),
+        Finding(
+            "nothing else in the output",
+            not foreign,
+            f"{len(foreign):,} records name no committed source record, e.g. {_show(foreign)}"
+            if foreign
+            else "",
+        ),
+        Finding(
+            "the ledger's counts match the topics",
+            (written, rejected) == (sum(output.values()), sum(dead.values())),
+            f"ledger {written:,} written + {rejected:,} rejected; {sink.output_topic} has "
+            f"{sum(output.values()):,}, {sink.dead_letter_topic} {sum(dead.values()):,}",
+        ),
+    )
+    return KafkaVerifyResult(pipeline.name, checks)
+
+
+def _show(keys: list[Coordinates]) -> str:
+    return ", ".join(f"{t}[{p}]@{o}" for t, p, o in keys[:SHOWN])
+
+
+def _consumer(kafka: Mapping[str, str]):
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            **kafka,
+            "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+
+
+def _source_records(
+    kafka: Mapping[str, str], ranges: Iterable[tuple[str, int, int, int]]
+) -> Iterator[Coordinates]:
+    """The offsets of the records a read_committed reader gets in each range (aborted ones are none)."""
+    from confluent_kafka import TopicPartition
+
+    for topic, partition, start, end in ranges:
+        consumer = _consumer(kafka)
+        try:
+            consumer.assign([TopicPartition(topic, partition, start)])
+            done = False
+            while not done:
+                batch = consumer.consume(10_000, timeout=5.0)
+                done = not batch  # nothing for 5 s: the partition's end
+                for m in batch:
+                    if m.error():
+                        done = done or m.error().code() == _eof()
+                        continue
+                    if m.offset() >= end:
+                        done = True
+                        break
+                    yield topic, partition, m.offset()
+        finally:
+            consumer.close()
+
+
+def _named_sources(kafka: Mapping[str, str], topic: str) -> Iterator[Coordinates]:
+    """The source record each committed record of `topic` names in its headers (None parts: no header)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(kafka)
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
+        if not partitions:
+            return
+        consumer.assign([TopicPartition(topic, p, -2) for p in partitions])  # -2: the beginning
+        open_ = set(partitions)
+        while open_:
+            batch = consumer.consume(10_000, timeout=5.0)
+            if not batch:
+                break
+            for m in batch:
+                if m.error():
+                    if m.error().code() == _eof():
+                        open_.discard(m.partition())
+                    continue
+                h = dict(m.headers() or [])
+                try:
+                    yield h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET])
+                except (KeyError, ValueError):
+                    yield f"(no source headers: {topic})", m.partition(), m.offset()
+    finally:
+        consumer.close()
+
+
+def _eof() -> int:
+    from confluent_kafka import KafkaError
+
+    return KafkaError._PARTITION_EOF

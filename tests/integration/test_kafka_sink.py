@@ -1,0 +1,112 @@
+"""A `sink: kafka` pipeline against the real broker and Spark: each source partition's range and its
+offsets in one Kafka transaction, read back read_committed as a downstream consumer would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Producer
+
+from eosflow.ingest import kafka_sink
+from eosflow.verify import verify_pipeline
+from tests.kafka_reader import read_all, sources
+
+pytestmark = pytest.mark.integration
+
+BAD = [b"not json", b'{"event_id": 1}', None]
+
+
+def produce_bad(case, partition: int) -> None:
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    for value in BAD:
+        producer.produce(case.topic, value=value, key=b"bad", partition=partition)
+    producer.flush(10)
+
+
+def test_a_kafka_sink_produces_every_record_once_with_its_offsets(case):
+    case.as_kafka_sink(output_key="customer_id")
+    manifest = case.produce(300, seed=16, partitions=3)
+    produce_bad(case, partition=1)
+    summary = case.ingest()
+    assert summary.outcome == "committed"
+
+    out = read_all(case.settings, case.output_topic)
+    dead = read_all(case.settings, f"{case.output_topic}.rejected")
+    assert len(out) == len(manifest.visible()) == 300 and len(dead) == len(BAD)
+    assert set(sources(out).values()) == {1} and set(sources(dead).values()) == {1}
+    assert {m.partition for m in manifest.visible()} | {1} == {p for _, p, _ in sources(out) + sources(dead)}
+    body = json.loads(out[0].value())
+    assert out[0].key() == body["customer_id"].encode()  # output_key: the declared column
+    assert {e for e in (json.loads(m.value())["event_id"] for m in out)} == {
+        a.event_id for a in manifest.visible()
+    }
+    assert [dict(m.headers())["eosflow-error"] for m in dead if m.value() is None] == [b"null value"]
+
+    # The group's offsets are the positions; the ledger mirrors them with the same counts.
+    ledger = case.ledger()
+    assert (
+        sum(r[4] for r in ledger) == 303
+        and sum(r[5] for r in ledger) == 300
+        and sum(r[6] for r in ledger) == 3
+    )
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+    again = case.ingest()  # nothing new: no transaction, nothing produced twice
+    assert again.records_read == 0
+    assert len(read_all(case.settings, case.output_topic)) == 300
+
+
+def test_a_task_killed_inside_its_transaction_never_reaches_a_read_committed_reader(case):
+    case.as_kafka_sink()
+    case.produce(200, seed=17, partitions=2)
+    killed = case.ingest_process("--run-id", "zombie", EOSFLOW_CRASH_AT="in_kafka_transaction")
+    assert killed.returncode != 0, killed.stdout + killed.stderr
+    assert "SIGKILL at in_kafka_transaction" in killed.stderr
+
+    output = case.output_topic
+    uncommitted = read_all(case.settings, output, "read_uncommitted")
+    assert uncommitted, "the killed task produced its records inside its open transaction"
+    # The open transaction holds back a read_committed reader (its last stable offset) until aborted.
+    assert read_all(case.settings, output) == []
+
+    done = case.ingest_process("--run-id", "zombie")  # the retry fences the zombie and aborts its transaction
+    assert done.returncode == 0, done.stdout + done.stderr
+    committed = read_all(case.settings, output)
+    assert len(committed) == 200 and set(sources(committed).values()) == {1}
+    assert len(read_all(case.settings, output, "read_uncommitted")) > len(
+        committed
+    )  # the aborted copies stay in the log
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+
+def test_a_zombie_run_is_fenced_after_another_run_committed(case):
+    case.as_kafka_sink()
+    case.produce(100, seed=18, partitions=1)
+    from eosflow.ingest import job
+
+    first, _ = job.prepare(case.settings, case.name, "first", log=lambda m: None)
+    second, _ = job.prepare(case.settings, case.name, "second", log=lambda m: None)
+    assert first.ranges == second.ranges  # both planned from the same committed offsets
+    assert case.ingest("second").outcome == "committed"
+    with pytest.raises(Exception, match="fenced in Kafka"):
+        case.ingest("first")
+    assert len(read_all(case.settings, case.output_topic)) == 100
+    assert kafka_sink.group_id(case.name) == f"eosflow.{case.name}"
+
+
+def test_a_replay_into_a_kafka_sink_is_refused_before_anything_is_written(case):
+    from eosflow.ingest import job
+    from eosflow.ingest.backfill import BackfillError
+    from eosflow.ingest.ranges import OffsetRange
+
+    case.as_kafka_sink()
+    case.produce(50, seed=19, partitions=1)
+    case.ingest()
+    plans = case.query("select count(*) from eosflow.plans where pipeline = %s", case.name)
+    with pytest.raises(BackfillError, match="second copy"):
+        job.run_chunk(case.settings, case.name, "replay-1", OffsetRange(case.topic, 0, 0, 50), "replay")
+    assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == plans
+    assert len(read_all(case.settings, case.output_topic)) == 50
