@@ -74,6 +74,38 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_kafka(args: argparse.Namespace) -> int:
+    """A Kafka sink's open transactions: which output partitions they hold back; --abort ends them."""
+    from eosflow.ingest import kafka_transactions, pipelines
+
+    settings = settings_mod.load()
+    try:
+        pipeline = pipelines.load(settings, args.pipeline)
+    except pipelines.PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    if pipeline.kafka_sink is None:
+        _log(
+            f"error: pipeline {pipeline.name!r} writes to the warehouse, not to Kafka: it has no transactions"
+        )
+        return 2
+    if args.abort:
+        kafka_transactions.abort_open(settings.kafka, pipeline, log=_log)
+    held = kafka_transactions.held_back(settings.kafka, pipeline)
+    if not held:
+        print(f"pipeline {pipeline.name}: no open transaction holds back its output topics")
+        return 0
+    print(f"pipeline {pipeline.name}: {len(held)} output partition(s) held back by an open transaction")
+    for h in held:
+        print(f"  {h}")
+    print(
+        "A run in progress holds its transactions open until it commits. One left by a killed run is aborted "
+        "by the next run, by the broker after transaction_timeout_ms, or now by: "
+        f"eosflow kafka transactions --pipeline {pipeline.name} --abort"
+    )
+    return 1
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     """Merge adjacent committed children of partitioned targets (every pipeline, or those named)."""
     import psycopg
@@ -195,6 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("kafka", help="a Kafka sink's transactions: list those left open, abort them")
+    kafka_sub = p.add_subparsers(dest="kafka_command", required=True)
+    k = kafka_sub.add_parser("transactions", help="output partitions held back by an open transaction")
+    k.add_argument("--pipeline", required=True, help="a pipeline with sink: kafka")
+    k.add_argument(
+        "--abort",
+        action="store_true",
+        help="re-initialise the pipeline's transactional ids first: aborts what they left open (do not run "
+        "it while a run of the pipeline is in progress: that run is fenced and fails)",
+    )
+    k.set_defaults(func=cmd_kafka)
 
     from eosflow.warehouse.compact import DEFAULT_TARGET_ROWS
 

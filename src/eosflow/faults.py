@@ -9,9 +9,13 @@
 
 Points, in run order: after_plan, before_read (Spark session up, nothing read yet), after_read,
 after_stage, in_commit (inside the commit transaction; in the two-transaction delivery modes,
-between the two), after_commit. The job reads, checks and stages in one Spark pass, so after_read
+between the two; for a Kafka sink, after the Kafka transactions committed and before the ledger
+mirrors them), after_commit. The job reads, checks and stages in one Spark pass, so after_read
 and after_stage both come right after it (the batch staged, its read checked against the plan):
-a crash leaves the same state at either. The tests and `eosflow lab` share these.
+a crash leaves the same state at either. A Kafka sink reads and produces in one pass with no
+staging: after_read and after_stage do not occur in its runs, and its Spark tasks have
+in_kafka_transaction (the range's records produced, its transaction open). The tests and
+`eosflow lab` share these.
 """
 
 from __future__ import annotations

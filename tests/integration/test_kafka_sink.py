@@ -70,6 +70,11 @@ def test_a_task_killed_inside_its_transaction_never_reaches_a_read_committed_rea
     assert uncommitted, "the killed task produced its records inside its open transaction"
     # The open transaction holds back a read_committed reader (its last stable offset) until aborted.
     assert read_all(case.settings, output) == []
+    listed = _kafka_transactions(case)
+    assert listed.returncode == 1 and "held back by an open transaction" in listed.stdout, listed
+    aborted = _kafka_transactions(case, "--abort")
+    assert aborted.returncode == 0 and "no open transaction" in aborted.stdout, aborted
+    assert read_all(case.settings, output) == []  # aborted: the zombie's records never become visible
 
     done = case.ingest_process("--run-id", "zombie")  # the retry fences the zombie and aborts its transaction
     assert done.returncode == 0, done.stdout + done.stderr
@@ -110,3 +115,16 @@ def test_a_replay_into_a_kafka_sink_is_refused_before_anything_is_written(case):
         job.run_chunk(case.settings, case.name, "replay-1", OffsetRange(case.topic, 0, 0, 50), "replay")
     assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == plans
     assert len(read_all(case.settings, case.output_topic)) == 50
+
+
+def _kafka_transactions(case, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "kafka", "transactions", "--pipeline", case.name, *args],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -30,15 +30,24 @@ def test_tally_of_a_perfect_table():
 
 def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_they_differ():
     todo = {s.key: [m for m, _ in cells] for s, cells in runner.plan(None, None, 1, small=True)}
-    assert all("exactly_once" in modes for modes in todo.values())
-    assert sorted(todo["kill-in-commit"]) == ["at_least_once", "at_most_once", "exactly_once"]
+    assert all("exactly_once" in modes or "kafka_exactly_once" in modes for modes in todo.values())
+    assert sorted(todo["kill-in-commit"]) == [
+        "at_least_once",
+        "at_most_once",
+        "exactly_once",
+        "kafka_exactly_once",
+    ]
     assert "kill-after-plan" not in todo
     assert {"producer-retries", "leader-failure", "airflow-clear", "zombie"} <= set(todo)
+    # The Kafka sink's own boundary, in both its modes: where the at-least-once comparison duplicates.
+    assert todo["kill-in-kafka-transaction"] == ["kafka_exactly_once", "kafka_at_least_once"]
+    assert "kafka_exactly_once" in todo["zombie"]
 
 
 def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_repeat():
     todo = {s.key: cells for s, cells in runner.plan(None, None, 2, small=False)}
-    assert len(todo["kill-after-plan"]) == 3 * 2
+    assert len(todo["kill-after-plan"]) == 5 * 2  # three warehouse modes, two Kafka-sink modes
+    assert {m for m, _ in todo["kill-after-stage"]} == {"exactly_once", "at_least_once", "at_most_once"}
     assert todo["producer-retries"] == [("exactly_once", 1), ("exactly_once", 2)]
     only = runner.plan(["zombie"], ["at_most_once"], 1, small=False)
     assert [(s.key, cells) for s, cells in only] == [("zombie", [("at_most_once", 1)])]

@@ -142,6 +142,7 @@ def _execute(
                 from eosflow.ingest import kafka_ledger
 
                 outcomes = _produce(settings, pipeline, plan, registry, timer, log)
+                fault_point("in_commit")  # committed in Kafka, not yet mirrored in the ledger
                 summary.outcome, summary.counts = kafka_ledger.mirror(conn, plan, outcomes)
             fault_point("after_commit")
             return summary

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
+from confluent_kafka import KafkaError, KafkaException
+
 from eosflow.faults import sink_fault_point
 from eosflow.ingest.commit import expected_position
 from eosflow.ingest.pipelines import KafkaSink, Pipeline
@@ -248,10 +250,17 @@ class RangeTransaction:
             raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
         sink_fault_point("in_kafka_transaction")  # records in the log, transaction open
         if self.transactional:
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), _TIMEOUT_S
-            )
-            self.producer.commit_transaction(_TIMEOUT_S)
+            try:
+                self.producer.send_offsets_to_transaction(
+                    offsets, self.consumer.consumer_group_metadata(), _TIMEOUT_S
+                )
+                self.producer.commit_transaction(_TIMEOUT_S)
+            except KafkaException as exc:
+                if exc.args[0].code() not in _FENCED_CODES:
+                    raise
+                # A newer holder of the id initialised it: this attempt is a zombie, and the broker
+                # aborted (or will abort) everything it produced.
+                return self.outcome(FENCED, f"{r}: fenced by a newer holder of its transactional id")
         else:
             self.consumer.commit(offsets=offsets, asynchronous=False)
         return self.outcome(COMMITTED)
@@ -265,6 +274,9 @@ class RangeTransaction:
     def close(self) -> None:
         self.consumer.close()
         self.producer.flush(0)
+
+
+_FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
 def _raise_failed(error, message) -> None:

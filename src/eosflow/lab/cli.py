@@ -14,9 +14,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from eosflow.ingest.pipelines import DELIVERY_MODES
 from eosflow.lab import report, runner
-from eosflow.lab.world import Lab, lab_settings
+from eosflow.lab.world import LAB_MODES, Lab, lab_settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--modes",
         type=lambda t: [m.strip() for m in t.split(",") if m.strip()],
         default=None,
-        help=f"consumer delivery modes, from: {', '.join(DELIVERY_MODES)} (default: each scenario's)",
+        help=f"consumer delivery modes, from: {', '.join(LAB_MODES)} (default: each scenario's)",
     )
     p.add_argument("--trials", type=int, default=1, help="repetitions of every scenario x mode (default 1)")
     p.add_argument("--records", type=int, default=600, help="records produced per trial (default 600)")
@@ -45,11 +44,11 @@ def execute(args: argparse.Namespace) -> int:
     from eosflow import stack
 
     unknown = set(args.scenarios or ()) - set(runner.by_key())
-    bad_modes = set(args.modes or ()) - set(DELIVERY_MODES)
+    bad_modes = set(args.modes or ()) - set(LAB_MODES)
     if unknown or bad_modes or args.trials < 1 or args.records < 1:
         print(
             f"eosflow lab: unknown scenarios {sorted(unknown)} or modes {sorted(bad_modes)}, or a count < 1. "
-            f"Scenarios: {', '.join(runner.by_key())}; modes: {', '.join(DELIVERY_MODES)}.",
+            f"Scenarios: {', '.join(runner.by_key())}; modes: {', '.join(LAB_MODES)}.",
             file=sys.stderr,
         )
         return 2

@@ -17,6 +17,8 @@ from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
 
 CRASH_POINTS = ("after_plan", "after_read", "after_stage", "in_commit", "after_commit")
+# A Kafka sink's run has no staging step; its tasks stand inside their Kafka transactions instead.
+KAFKA_CRASH_POINTS = ("after_plan", "in_kafka_transaction", "in_commit", "after_commit")
 EXIT_FENCED = 3
 
 
@@ -87,16 +89,18 @@ def postgres_restart_mid_commit(lab: Lab, mode: str, trial: int) -> Trial:
 
 
 def zombie(lab: Lab, mode: str, trial: int) -> Trial:
-    """Run A stalls after staging; run B (a new run id) reads the same offsets and commits; A wakes."""
+    """Run A stalls after staging (a Kafka sink: inside its open Kafka transactions); run B (a new run
+    id) reads the same offsets and commits; A wakes."""
     p = lab.pipeline("zombie", mode, trial)
     manifest = lab.produce(p, seed=lab.seed + trial)
-    lab.clear_pause("after_stage")
-    old = lab.start_job(p, "zombie", EOSFLOW_PAUSE_AT="after_stage")
-    lab.wait_paused("after_stage", old)
+    point = "in_kafka_transaction" if p.kafka_sink else "after_stage"
+    lab.clear_pause(point)
+    old = lab.start_job(p, "zombie", EOSFLOW_PAUSE_AT=point)
+    lab.wait_paused(point, old)
     newer = lab.run_job(p, "newer")
-    lab.resume("after_stage")
+    lab.resume(point)
     woke = lab.finish(old)
-    lab.clear_pause("after_stage")
+    lab.clear_pause(point)
     faults = int(newer.returncode == 0 and woke.returncode != -9)
     detail = (
         f"newer run committed (exit {newer.returncode}) while the old one stood staged; the old run "

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from eosflow.ingest.pipelines import DELIVERY_MODES
 from eosflow.lab import consumer_faults
 from eosflow.lab.outcome import Trial
-from eosflow.lab.world import Lab
+from eosflow.lab.world import KAFKA_MODES, Lab
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
 Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]
 EO = ("exactly_once",)
+KAFKA = tuple(KAFKA_MODES)  # a Kafka sink, exactly_once and its at_least_once comparison
 
 
 @dataclass(frozen=True)
@@ -53,19 +54,36 @@ def _acks(lab: Lab, cells: Sequence[Cell]) -> list[Trial]:
     return leader_failure(lab, cells)
 
 
+def _crash_modes(point: str) -> tuple[str, ...]:
+    warehouse = DELIVERY_MODES if point in consumer_faults.CRASH_POINTS else ()
+    return warehouse + (KAFKA if point in consumer_faults.KAFKA_CRASH_POINTS else ())
+
+
+def _crash_small_modes(point: str) -> tuple[str, ...]:
+    if point == "in_commit":
+        return (*DELIVERY_MODES, "kafka_exactly_once")
+    return ("kafka_exactly_once", "kafka_at_least_once") if point == "in_kafka_transaction" else EO
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     *(
         Scenario(
             f"kill-{point.replace('_', '-')}",
             _crash_at(point),
-            small_modes=DELIVERY_MODES if point == "in_commit" else EO,
+            _crash_modes(point),
+            _crash_small_modes(point),
         )
-        for point in consumer_faults.CRASH_POINTS
+        for point in dict.fromkeys(consumer_faults.CRASH_POINTS + consumer_faults.KAFKA_CRASH_POINTS)
     ),
-    Scenario("broker-restart", _each(consumer_faults.broker_restart_mid_read)),
-    Scenario("postgres-restart", _each(consumer_faults.postgres_restart_mid_commit)),
-    Scenario("zombie", _each(consumer_faults.zombie), small_modes=("exactly_once", "at_least_once")),
-    Scenario("airflow-clear", _airflow),
+    Scenario("broker-restart", _each(consumer_faults.broker_restart_mid_read), DELIVERY_MODES + KAFKA),
+    Scenario("postgres-restart", _each(consumer_faults.postgres_restart_mid_commit), DELIVERY_MODES + KAFKA),
+    Scenario(
+        "zombie",
+        _each(consumer_faults.zombie),
+        DELIVERY_MODES + KAFKA,
+        small_modes=("exactly_once", "at_least_once", "kafka_exactly_once"),
+    ),
+    Scenario("airflow-clear", _airflow, DELIVERY_MODES + KAFKA),
     # The producer's faults: the consumer is exactly_once, so whatever is lost or duplicated
     # happened between the producer and the broker.
     Scenario("producer-retries", _proxy, modes=EO),

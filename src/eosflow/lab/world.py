@@ -41,7 +41,16 @@ LAB_ENV = {
     "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the lab's pipelines are JSON
 }
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
-MODE_TAGS = {"exactly_once": "eo", "at_least_once": "alo", "at_most_once": "amo"}
+# A Kafka sink's modes: the same delivery modes, the output a topic instead of a table.
+KAFKA_MODES = {"kafka_exactly_once": "exactly_once", "kafka_at_least_once": "at_least_once"}
+LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES)
+MODE_TAGS = {
+    "exactly_once": "eo",
+    "at_least_once": "alo",
+    "at_most_once": "amo",
+    "kafka_exactly_once": "keo",
+    "kafka_at_least_once": "kalo",
+}
 
 
 def lab_settings(state_dir: Path | None = None) -> Settings:
@@ -62,6 +71,14 @@ class LabPipeline:
     topic: str
     table: str
     mode: str
+
+    @property
+    def kafka_sink(self) -> bool:
+        return self.mode in KAFKA_MODES
+
+    @property
+    def output_topic(self) -> str:
+        return f"{self.topic}.out"
 
 
 @dataclass(frozen=True)
@@ -93,15 +110,19 @@ class Lab:
         """A fresh pipeline (topic, table) for one trial, declared in the lab's pipelines file."""
         name = f"lab_{scenario}_{MODE_TAGS[mode]}_{trial}_{time.time_ns() % 10**8:08d}"
         p = LabPipeline(name, f"lab.{name}", f"lab.{name}", mode)
+        sink = (
+            {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
+            if p.kafka_sink
+            else {"target_table": p.table, "delivery": mode}
+        )
         self._declared[name] = {
             "topics": [p.topic],
-            "target_table": p.table,
             **pipelines.declaration(self.settings.root / "pipelines.yml", "orders"),
             "transform_version": "v1",
             "initial_offset": "earliest",
             "max_records_per_partition": 1_000_000,
             "max_value_bytes": 65_536,
-            "delivery": mode,
+            **sink,
         }
         self.pipelines_file.write_text(yaml.safe_dump({"pipelines": self._declared}, sort_keys=True))
         return p
@@ -164,18 +185,66 @@ class Lab:
 
     # -- measuring -------------------------------------------------------------------------------------
     def measure(self, p: LabPipeline, manifest: Manifest) -> Tally:
-        """Against the producer's manifest and the rows really in the table, never the ledger."""
+        """Against the producer's manifest and the rows really in the table (or the records a
+        read_committed consumer gets from the output topic), never the ledger."""
+        if p.kafka_sink:
+            return tally(manifest, topic_event_ids(self.settings.kafka, p.output_topic))
         with psycopg.connect(self.settings.warehouse_dsn) as conn:
             exists = conn.execute("select to_regclass(%s) is not null", (p.table,)).fetchone()[0]
             ids = [str(r[0]) for r in conn.execute(f"select event_id from {p.table}")] if exists else []
         return tally(manifest, ids)
 
     def invariants(self, p: LabPipeline) -> str:
-        """dbt's verdict on the pipeline: I1-I6 as `eosflow verify` runs them."""
+        """dbt's verdict on the pipeline: I1-I6 as `eosflow verify` runs them (for a Kafka sink, its
+        topics read back against the ledger)."""
         from eosflow.verify import run_dbt
+
+        if p.kafka_sink:
+            from eosflow.verify_kafka import verify_kafka_sink
+
+            pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
+            checked = verify_kafka_sink(self.settings, pipeline)
+            return "pass" if checked.ok else "fail: " + ", ".join(c.name for c in checked.failed)
 
         result = run_dbt(self.settings, p.name, p.table)
         if result.ok:
             return "pass"
         names = sorted({c.invariant or c.name for c in result.failed})
         return "fail: " + ", ".join(names) if names else f"error (dbt exit {result.returncode})"
+
+
+def topic_event_ids(kafka, topic: str) -> list[str]:
+    """The event_id of every record a read_committed consumer gets from `topic`, from its start."""
+    import json
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "eosflow.lab.measure",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    ids: list[str] = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if metadata is None or not metadata.partitions:
+            return ids
+        consumer.assign([TopicPartition(topic, p, -2) for p in metadata.partitions])
+        open_ = set(metadata.partitions)
+        while open_:
+            batch = consumer.consume(10_000, timeout=10)
+            if not batch:
+                break
+            for m in batch:
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        open_.discard(m.partition())
+                    continue
+                ids.append(str(json.loads(m.value())["event_id"]))
+    finally:
+        consumer.close()
+    return ids
