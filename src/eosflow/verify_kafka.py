@@ -9,6 +9,7 @@ record that names no committed source record is something that should not be the
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -107,77 +108,83 @@ def _show(keys: list[Coordinates]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for t, p, o in keys[:SHOWN])
 
 
-def _consumer(kafka: Mapping[str, str]):
-    from confluent_kafka import Consumer
+def read_to_end(
+    kafka: Mapping[str, str],
+    starts: Iterable[tuple[str, int, int]],
+    ends: Mapping[tuple[str, int], int] | None = None,
+    isolation: str = "read_committed",
+    idle_s: float = 30.0,
+) -> Iterator:
+    """The records of each (topic, partition) from its start offset (-2: the beginning) to the end a
+    reader with `isolation` sees now, or to `ends` (exclusive); stops after `idle_s` without progress."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    return Consumer(
+    consumer = Consumer(
         {
             **kafka,
             "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
     )
+    ends = ends or {}
+    try:
+        assignment = [TopicPartition(t, p, o) for t, p, o in starts]
+        open_ = {(tp.topic, tp.partition) for tp in assignment}
+        consumer.assign(assignment)
+        idle_since = time.monotonic()
+        while open_ and time.monotonic() - idle_since < idle_s:
+            # A short wait: consume() returns early only once it has num_messages.
+            batch = consumer.consume(5_000, timeout=0.2)
+            if batch:
+                idle_since = time.monotonic()
+            for m in batch:
+                key = (m.topic(), m.partition())
+                if key not in open_:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        open_.discard(key)
+                    continue
+                if key in ends and m.offset() >= ends[key]:
+                    open_.discard(key)
+                    continue
+                yield m
+    finally:
+        consumer.close()
 
 
 def _source_records(
     kafka: Mapping[str, str], ranges: Iterable[tuple[str, int, int, int]]
 ) -> Iterator[Coordinates]:
     """The offsets of the records a read_committed reader gets in each range (aborted ones are none)."""
-    from confluent_kafka import TopicPartition
-
+    ranges = list(ranges)
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for topic, partition, start, end in ranges:
-        consumer = _consumer(kafka)
-        try:
-            consumer.assign([TopicPartition(topic, partition, start)])
-            done = False
-            while not done:
-                batch = consumer.consume(10_000, timeout=5.0)
-                done = not batch  # nothing for 5 s: the partition's end
-                for m in batch:
-                    if m.error():
-                        done = done or m.error().code() == _eof()
-                        continue
-                    if m.offset() >= end:
-                        done = True
-                        break
-                    yield topic, partition, m.offset()
-        finally:
-            consumer.close()
+        by_partition.setdefault((topic, partition), []).append((start, end))
+    # One consumer for all partitions, each read from its first range's start to its last range's end
+    # (the ledger's ranges of a partition are contiguous: I2), every offset then kept if inside a range.
+    starts = [(t, p, min(s for s, _ in spans)) for (t, p), spans in by_partition.items()]
+    ends = {key: max(e for _, e in spans) for key, spans in by_partition.items()}
+    for m in read_to_end(kafka, starts, ends):
+        spans = by_partition[(m.topic(), m.partition())]
+        if any(s <= m.offset() < e for s, e in spans):
+            yield m.topic(), m.partition(), m.offset()
 
 
 def _named_sources(kafka: Mapping[str, str], topic: str) -> Iterator[Coordinates]:
-    """The source record each committed record of `topic` names in its headers (None parts: no header)."""
-    from confluent_kafka import TopicPartition
-
-    consumer = _consumer(kafka)
-    try:
-        metadata = consumer.list_topics(topic, timeout=30)
-        partitions = sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []
-        if not partitions:
-            return
-        consumer.assign([TopicPartition(topic, p, -2) for p in partitions])  # -2: the beginning
-        open_ = set(partitions)
-        while open_:
-            batch = consumer.consume(10_000, timeout=5.0)
-            if not batch:
-                break
-            for m in batch:
-                if m.error():
-                    if m.error().code() == _eof():
-                        open_.discard(m.partition())
-                    continue
-                h = dict(m.headers() or [])
-                try:
-                    yield h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET])
-                except (KeyError, ValueError):
-                    yield f"(no source headers: {topic})", m.partition(), m.offset()
-    finally:
-        consumer.close()
+    """The source record each committed record of `topic` names in its headers."""
+    for m in read_to_end(kafka, [(topic, p, -2) for p in partitions_of(kafka, topic)]):
+        h = dict(m.headers() or [])
+        try:
+            yield h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET])
+        except (KeyError, ValueError):
+            yield f"(no source headers: {topic})", m.partition(), m.offset()
 
 
-def _eof() -> int:
-    from confluent_kafka import KafkaError
+def partitions_of(kafka: Mapping[str, str], topic: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient
 
-    return KafkaError._PARTITION_EOF
+    found = AdminClient(dict(kafka)).list_topics(topic, timeout=30).topics.get(topic)
+    return sorted(found.partitions) if found is not None and found.error is None else []

@@ -95,6 +95,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"a tiny run ({SMOKE_RECORDS:,} records, {SMOKE_PARTITIONS} partitions) into a temporary "
         "folder: proves the harness works, times nothing worth keeping",
     )
+    p.add_argument(
+        "--kafka-sink",
+        action="store_true",
+        help="Kafka to Kafka instead: a sink: kafka pipeline against ConsumerPerformance and "
+        "ProducerPerformance on the same records; writes kafka_sink.md",
+    )
     p.add_argument("--seed", type=int, default=SEED, help=f"seed of the event stream (default: {SEED})")
     p.add_argument(
         "--keep",
@@ -143,6 +149,8 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
 
     run = _Run(settings, run_id, out_dir, default_out, work_dir, info)
     try:
+        if args.kafka_sink:
+            return _kafka_sink(args, run, records, partitions)
         return _scaling(args, run) if args.scaling else _single(args, run, records, partitions)
     except (LoadError, StackError, psycopg.Error) as exc:
         log(f"error: {exc} (logs in {work_dir / 'logs'})")
@@ -175,6 +183,30 @@ def _single(args: argparse.Namespace, run: _Run, records: int, partitions: int) 
     _finish(paths, outcome.problems, time.monotonic() - t0, args, run.work_dir)
     _print_table(outcome.results)
     return 0 if outcome.ok else 1
+
+
+def _kafka_sink(args: argparse.Namespace, run: _Run, records: int, partitions: int) -> int:
+    from eosflow.bench import kafka_sink
+    from eosflow.bench.measure import MeasurementFailed
+
+    t0 = time.monotonic()
+    try:
+        timed = kafka_sink.run(run.settings, run.run_id, partitions, records, args.seed, run.work_dir, log)
+    except MeasurementFailed as exc:
+        log(f"error: {exc}")
+        return 1
+    info = run.info([])
+    header = (
+        f"# eosflow bench: Kafka to Kafka\n\nRun `{info.run_id}`, {info.started}: {records:,} records in "
+        f"{partitions} partitions, one run each, one topic.\n\nMachine: {info.machine.describe()}. "
+        f"Load average before {info.load_before[0]:.2f}, after {info.load_after[0]:.2f}."
+    )
+    path = run.out_dir / "kafka_sink.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(kafka_sink.markdown(timed, header))
+    print(path.read_text())
+    log(f"wrote {path} in {time.monotonic() - t0:.0f} s")
+    return 0
 
 
 def _scaling(args: argparse.Namespace, run: _Run) -> int:

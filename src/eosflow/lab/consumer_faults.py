@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from eosflow.faults import SINK_FAULT_POINTS
 from eosflow.lab.outcome import Trial
 from eosflow.lab.world import Lab, LabPipeline
 from eosflow.stack.kafka import KafkaService
@@ -27,7 +28,9 @@ def crash(lab: Lab, point: str, mode: str, trial: int) -> Trial:
     p = lab.pipeline(f"crash_{point}", mode, trial)
     manifest = lab.produce(p, seed=lab.seed + trial)
     first = lab.run_job(p, "r1", EOSFLOW_CRASH_AT=point)
-    faults = int(first.killed and f"SIGKILL at {point}" in first.stderr)
+    # Inside a Spark task the SIGKILL kills the task's Python worker: the job then fails (exit 1).
+    died = first.killed or (point in SINK_FAULT_POINTS and first.returncode != 0)
+    faults = int(died and f"SIGKILL at {point}" in first.stderr)
     retry = lab.run_job(p, "r1")
     detail = f"killed at {point}: exit {first.returncode}; retry (same run id) exit {retry.returncode}"
     return _trial(lab, f"kill -9 {point}", p, manifest, trial, faults, detail)

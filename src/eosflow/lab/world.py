@@ -217,34 +217,7 @@ def topic_event_ids(kafka, topic: str) -> list[str]:
     """The event_id of every record a read_committed consumer gets from `topic`, from its start."""
     import json
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from eosflow.verify_kafka import partitions_of, read_to_end
 
-    consumer = Consumer(
-        {
-            **kafka,
-            "group.id": "eosflow.lab.measure",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    ids: list[str] = []
-    try:
-        metadata = consumer.list_topics(topic, timeout=30).topics.get(topic)
-        if metadata is None or not metadata.partitions:
-            return ids
-        consumer.assign([TopicPartition(topic, p, -2) for p in metadata.partitions])
-        open_ = set(metadata.partitions)
-        while open_:
-            batch = consumer.consume(10_000, timeout=10)
-            if not batch:
-                break
-            for m in batch:
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        open_.discard(m.partition())
-                    continue
-                ids.append(str(json.loads(m.value())["event_id"]))
-    finally:
-        consumer.close()
-    return ids
+    starts = [(topic, p, -2) for p in partitions_of(kafka, topic)]
+    return [str(json.loads(m.value())["event_id"]) for m in read_to_end(kafka, starts)]
