@@ -138,3 +138,38 @@ def schema_registry(running_stack) -> RegistryConfig:
     registry = running_stack.registry
     assert registry is not None, "the stack runs a schema registry unless EOSFLOW_REGISTRY_PORT=0"
     return registry
+
+
+def test_an_avro_topic_into_a_kafka_sink_comes_out_as_avro_of_the_declared_columns(
+    avro_case, schema_registry
+):
+    import io
+    import json
+
+    from tests.kafka_reader import read_all, sources
+
+    case = avro_case
+    case.as_kafka_sink()
+    registry = SchemaRegistry(schema_registry)
+    v1 = registry.register(f"{case.topic}-value", V1)
+    p1 = fastavro.parse_schema(V1)
+    good = [(str(i).encode(), encode(v1, p1, click(i))) for i in range(1, 4)]
+    _produce(case.settings.bootstrap_servers, case.topic, good + [(b"4", b"not avro")])
+
+    assert case.ingest().outcome == "committed"
+
+    out = read_all(case.settings, case.output_topic)
+    assert len(out) == 3 and set(sources(out).values()) == {1}
+    schema_id = int.from_bytes(out[0].value()[1:5], "big")
+    assert out[0].value()[0] == 0 and schema_id != v1  # the declared columns' own schema, registered
+    body = registry.get_json(f"/schemas/ids/{schema_id}")
+    reader = fastavro.parse_schema(json.loads(body["schema"]))
+    (one,) = [m for m in out if m.key() == b"1"]  # the source key, byte for byte
+    first = fastavro.schemaless_reader(io.BytesIO(one.value()[5:]), reader, reader)
+    assert first["click_id"] == uuid.UUID(int=1) and first["price"] == Decimal("9999999999.99")
+    assert first["ts"] == datetime(2026, 3, 1, 10, 0, 0, 123456, tzinfo=UTC) and first["day"] == date(
+        2026, 2, 28
+    )
+    assert json.loads(first["attrs"]) == {"w": 1.5} and first["tags"] == ["sale", 'say "hi"', "{braces}"]
+    (dead,) = read_all(case.settings, f"{case.output_topic}.rejected")
+    assert dead.value() == b"not avro"

@@ -109,3 +109,28 @@ def test_two_pipelines_writing_one_topic_are_refused(tmp_path):
     )
     with pytest.raises(PipelineConfigError, match=r"'a' and 'b' both write topic out"):
         load_all(settings_mod.load(), path)
+
+
+def test_the_avro_output_schema_follows_the_declaration():
+    import fastavro
+
+    from eosflow.schema.avro_out import output_schema
+    from eosflow.schema.declaration import parse_schema
+    from tests.avro_clicks import DECLARATION
+
+    schema = output_schema("clicks", parse_schema(DECLARATION, "here"))
+    fastavro.parse_schema(schema)  # a schema Avro accepts
+    fields = {f["name"]: f for f in schema["fields"]}
+    assert [f["name"] for f in schema["fields"]] == [c["name"] for c in DECLARATION["columns"]]
+    assert fields["click_id"]["type"] == {"type": "string", "logicalType": "uuid"}  # required: no null
+    assert fields["price"]["type"][1] == {
+        "type": "bytes",
+        "logicalType": "decimal",
+        "precision": 12,
+        "scale": 2,
+    }
+    assert (
+        fields["tags"]["type"] == ["null", {"type": "array", "items": "string"}]
+        and fields["tags"]["default"] is None
+    )
+    assert fields["attrs"]["type"] == ["null", "string"]  # jsonb travels as its JSON text

@@ -216,7 +216,16 @@ def _produce(
             declaration_version=plan.declaration_version,
             registry=registry,
         )
-        outcomes = kafka_sink.produce_plan(settings.kafka, pipeline, plan, result.source, result.check)
+        encode = None
+        if registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
+            from eosflow.schema.avro_out import register_output
+
+            encode = register_output(
+                registry, pipeline.name, pipeline.schema, pipeline.kafka_sink.output_topic
+            )
+        outcomes = kafka_sink.produce_plan(
+            settings.kafka, pipeline, plan, result.source, result.check, encode
+        )
     # Each task checked its range before committing it (kafka_sink.RangeTransaction.commit).
     sink = pipeline.kafka_sink
     log(

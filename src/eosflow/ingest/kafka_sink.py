@@ -21,6 +21,7 @@ transaction: a range that delivered no record commits its offsets alone, and onl
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -288,12 +289,20 @@ def _raise_failed(error, message) -> None:
 
 
 def range_producer(
-    kafka: Mapping[str, str], pipeline: Pipeline, plan: Plan, check: BatchCheck
+    kafka: Mapping[str, str],
+    pipeline: Pipeline,
+    plan: Plan,
+    check: BatchCheck,
+    encode: Callable[[Sequence[object]], bytes] | None = None,
 ) -> Callable[[Iterator], Iterator]:
-    """The function each Spark task runs over the Arrow batches of its one planned range (mapInArrow)."""
+    """The function each Spark task runs over the Arrow batches of its one planned range (mapInArrow).
+
+    encode: a valid record's typed columns -> the output value (default: JSON; Avro: schema.avro_out).
+    """
     parts = {(p.range.topic, p.range.partition): p for p in plan.partitions}
     sink, name, delivery, batch_id = pipeline.kafka_sink, pipeline.name, pipeline.delivery, plan.batch_id
     names = [c.name for c in pipeline.schema.columns]
+    encode = encode or functools.partial(json_value, names)
     key_index = names.index(sink.key_column) if sink.key_column else None
 
     def write(batches: Iterator) -> Iterator:
@@ -320,7 +329,7 @@ def range_producer(
                 for i, (error, typed) in enumerate(results):
                     if error is None:
                         k = keys[i] if key_index is None else output_key(typed[key_index])
-                        txn.produce(sink.output_topic, k, json_value(names, typed), offsets[i])
+                        txn.produce(sink.output_topic, k, encode(typed), offsets[i])
                         written += 1
                     else:
                         txn.produce(sink.dead_letter_topic, keys[i], values[i], offsets[i], error)
@@ -380,14 +389,19 @@ def offsets_only(
 
 
 def produce_plan(
-    kafka: Mapping[str, str], pipeline: Pipeline, plan: Plan, source, check: BatchCheck
+    kafka: Mapping[str, str],
+    pipeline: Pipeline,
+    plan: Plan,
+    source,
+    check: BatchCheck,
+    encode: Callable[[Sequence[object]], bytes] | None = None,
 ) -> dict[tuple[str, int], RangeOutcome]:
     """Run every planned range's transaction: in the Spark tasks, then the record-less ones here."""
     from eosflow.ingest.transform import arrow_source
 
     rows = (
         arrow_source(source)
-        .mapInArrow(range_producer(kafka, pipeline, plan, check), OUTCOME_SCHEMA)
+        .mapInArrow(range_producer(kafka, pipeline, plan, check, encode), OUTCOME_SCHEMA)
         .collect()
     )
     outcomes = {
