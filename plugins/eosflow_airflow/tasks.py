@@ -173,6 +173,8 @@ def compact_targets() -> dict:
     done = {}
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         for name, pipeline in sorted(load_all(settings).items()):
+            if pipeline.kafka_sink is not None:
+                continue  # writes to Kafka: no table
             if not partitions.is_partitioned(conn, pipeline.target_table):
                 log.info("%s: %s is not partitioned; nothing to compact", name, pipeline.target_table)
                 continue

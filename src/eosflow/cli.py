@@ -128,6 +128,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
     with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
         for name in args.pipeline or sorted(found):
             target = found[name].target_table
+            if found[name].kafka_sink is not None:
+                _log(f"{name}: writes to Kafka, no table to compact")
+                continue
             if not partitions.is_partitioned(conn, target):
                 _log(f"{name}: {target} is not partitioned (not made yet, not exactly_once, or not migrated)")
                 continue

@@ -157,3 +157,17 @@ def test_a_zombie_paused_inside_its_transactions_is_fenced_by_a_newer_run(case, 
     assert "fenced" in err
     committed = read_all(case.settings, case.output_topic)
     assert len(committed) == 300 and set(sources(committed).values()) == {1}
+
+
+def test_a_transaction_timeout_above_the_brokers_limit_is_refused_before_planning(case):
+    from eosflow.ingest.kafka_topics import TransactionTimeoutError
+
+    case.as_kafka_sink(transaction_timeout_ms=3_600_000)  # the broker allows 900,000 (15 min) by default
+    case.produce(10, seed=21, partitions=1)
+    with pytest.raises(
+        TransactionTimeoutError, match=r"transaction_timeout_ms 3600000 is above broker .*900000"
+    ):
+        case.ingest()
+    assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == [(0,)]
+    done = case.ingest_process()
+    assert done.returncode == 2 and "transaction.max.timeout.ms" in done.stderr, done.stderr[-2000:]

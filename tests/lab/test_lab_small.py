@@ -108,3 +108,19 @@ def test_acks_all_loses_nothing_when_the_leader_dies_and_acks_1_does(lab_trials)
     every = _pick(lab_trials, "leader killed after acking", "exactly_once", "acks=all, min.insync.replicas=2")
     assert one["lost"] > 0, one
     assert every["lost"] == 0 and every["duplicated"] == 0 and every["acknowledged"] > 0, every
+
+
+@pytest.mark.timeout(3600)
+def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
+    kafka_eo = [r for r in lab_trials if r["mode"] == "kafka_exactly_once"]
+    assert {r["scenario"] for r in kafka_eo} >= {
+        "kill -9 in_kafka_transaction",
+        "kill -9 in_commit",
+        "zombie run wakes late",
+    }
+    for r in kafka_eo:
+        assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
+        assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
+    # The comparison: records produced, then the worker killed before its offsets were committed.
+    alo = _pick(lab_trials, "kill -9 in_kafka_transaction", "kafka_at_least_once")
+    assert alo["duplicated"] > 0 and alo["lost"] == 0 and "appears twice" in alo["invariants"], alo
