@@ -65,8 +65,9 @@ def write(trials: Sequence[Trial], out_dir: Path, header: str) -> tuple[Path, Pa
     )
     md.write_text(
         f"{header}\n\n{markdown_table(trials)}\n\n"
-        "Lost: acknowledged records absent from the warehouse. Duplicated: warehouse rows beyond one "
-        "per event. Both are counted against the producer's manifest, never eosflow's ledger. "
+        "Lost: acknowledged records absent from the output (the warehouse table; for the kafka_ modes, "
+        "the output topic as a read_committed consumer reads it). Duplicated: output rows or records beyond "
+        "one per event. Both are counted against the producer's manifest, never eosflow's ledger. "
         "Faults: injected and observed to have happened.\n\n"
         f"## What happened, trial by trial\n\n{details}\n"
     )
