@@ -106,6 +106,45 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_publish(args: argparse.Namespace) -> int:
+    """An outbox's committed rows into Kafka, with their position in the same transactions."""
+    import signal
+
+    from eosflow.ingest.pipelines import PipelineConfigError
+    from eosflow.publish.declaration import load_publisher
+    from eosflow.publish.publisher import PublisherFencedError, publish
+
+    settings = settings_mod.load()
+    try:
+        publisher = load_publisher(settings, args.pipeline)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    stop = []
+    # SIGTERM ends the loop between batches: the batch in flight commits or was never begun.
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    try:
+        summary = publish(
+            settings,
+            publisher,
+            follow=args.follow,
+            max_seconds=args.max_seconds,
+            log=_log,
+            should_stop=lambda: bool(stop),
+        )
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    except PublisherFencedError as exc:
+        _log(f"error: {exc}")
+        return 3
+    except KeyboardInterrupt:
+        _log("interrupted: the batch in flight was not committed and will be published by the next run")
+        return 130
+    print(summary.line())
+    return 0
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     """Merge adjacent committed children of partitioned targets (every pipeline, or those named)."""
     import psycopg
@@ -230,6 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("publish", help="an outbox table's committed rows into Kafka, exactly once")
+    p.add_argument("--pipeline", required=True, help="a publisher named under publishers: in pipelines.yml")
+    p.add_argument(
+        "--follow", action="store_true", help="keep publishing new rows until stopped (SIGTERM, Ctrl-C)"
+    )
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (with --follow)")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("kafka", help="a Kafka sink's transactions: list those left open, abort them")
     kafka_sub = p.add_subparsers(dest="kafka_command", required=True)

@@ -26,7 +26,19 @@ import sys
 import time
 from pathlib import Path
 
-FAULT_POINTS = ("after_plan", "before_read", "after_read", "after_stage", "in_commit", "after_commit")
+FAULT_POINTS = (
+    "after_plan",
+    "before_read",
+    "after_read",
+    "after_stage",
+    "in_commit",
+    "after_commit",
+    # eosflow publish, per batch: before its rows are read, inside its open Kafka transaction (rows
+    # and position produced), after its commit.
+    "publish_before_batch",
+    "publish_in_transaction",
+    "publish_after_commit",
+)
 PAUSE_TIMEOUT_S = 900.0
 
 

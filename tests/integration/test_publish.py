@@ -1,0 +1,178 @@
+"""`eosflow publish`: an outbox's rows into Kafka with their position in the same transaction, against the
+real broker and Postgres: rows whose transactions commit out of order, a publisher killed inside its
+transaction, and a zombie publisher."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+import yaml
+
+from eosflow.publish.declaration import load_publisher
+from eosflow.publish.publisher import publish
+from tests.kafka_reader import read_all
+
+pytestmark = pytest.mark.integration
+
+
+class Outbox:
+    def __init__(self, case) -> None:
+        self.case, self.settings = case, case.settings
+        self.table = f"outbox.{case.name}"
+        self.topic = f"published.{case.name}"
+        with psycopg.connect(self.settings.warehouse_dsn, autocommit=True) as conn:
+            conn.execute("create schema if not exists outbox")
+            conn.execute(
+                f"create table {self.table} (id bigserial primary key, aggregate text not null, "
+                "body jsonb not null, at timestamptz not null default now())"
+            )
+        spec = {
+            "table": self.table,
+            "topic": self.topic,
+            "id": "id",
+            "key": "aggregate",
+            "batch_rows": 50,
+            "batch_seconds": 0.2,
+        }
+        case.config_path.write_text(
+            yaml.safe_dump({"pipelines": {case.name: case.spec}, "publishers": {case.name: spec}})
+        )
+        self.publisher = load_publisher(self.settings, case.name, case.config_path)
+
+    def insert(self, conn, n: int, aggregate: str = "a") -> None:
+        for i in range(n):
+            conn.execute(
+                f"insert into {self.table} (aggregate, body) values (%s, %s)",
+                (aggregate, json.dumps({"i": i})),
+            )
+
+    def publish(self, **kw):
+        return publish(self.settings, self.publisher, log=lambda m: None, **kw)
+
+    def published_ids(self, isolation: str = "read_committed") -> Counter:
+        return Counter(
+            int(dict(m.headers())["eosflow-row-id"]) for m in read_all(self.settings, self.topic, isolation)
+        )
+
+    def ids(self) -> list[int]:
+        with psycopg.connect(self.settings.warehouse_dsn) as conn:
+            return [r[0] for r in conn.execute(f"select id from {self.table}")]
+
+    def cli(self, *args: str, **env: str):
+        return subprocess.Popen(
+            [sys.executable, "-m", "eosflow.cli", "publish", "--pipeline", self.case.name, *args],
+            env=self.case.env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture
+def outbox(case) -> Outbox:
+    return Outbox(case)
+
+
+def test_every_committed_row_is_published_once_with_its_key_and_id(outbox):
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 120, "customer-7")
+    first = outbox.publish()
+    assert (first.rows, first.transactions) == (120, 3)  # batches of at most 50 rows
+    assert outbox.publish().rows == 0  # nothing new: no transaction at all
+    records = read_all(outbox.settings, outbox.topic)
+    assert outbox.published_ids() == Counter(outbox.ids()) and len(records) == 120
+    assert {m.key() for m in records} == {b"customer-7"}
+    body = json.loads(records[0].value())
+    assert set(body) == {"id", "aggregate", "body", "at"} and body["body"] == {"i": 0}
+
+
+def test_rows_committed_out_of_order_are_each_published_once(outbox):
+    dsn = outbox.settings.warehouse_dsn
+    assert outbox.publish().rows == 0  # the first run adds the position column: before any writer
+    early = psycopg.connect(dsn)  # takes its transaction id first, commits last
+    outbox.insert(early, 1, "early")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        outbox.insert(conn, 1, "late")  # a later transaction, committed first: its id is larger
+    assert outbox.publish().rows == 0  # held back: an older transaction is still open
+    early.commit()
+    early.close()
+    assert outbox.publish().rows == 2
+    assert [m.key() for m in read_all(outbox.settings, outbox.topic)] == [
+        b"early",
+        b"late",
+    ]  # commit-safe order
+
+    # Writers committing out of order while the publisher runs: every row once, none skipped.
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        with psycopg.connect(dsn) as conn:
+            for _ in range(20):
+                outbox.insert(conn, rng.randint(1, 3), f"w{seed}")
+                time.sleep(rng.random() * 0.05)  # the transaction stays open a while
+                conn.commit()
+
+    publishing = threading.Thread(target=lambda: outbox.publish(follow=True, max_seconds=8))
+    publishing.start()
+    writers = [threading.Thread(target=writer, args=(s,)) for s in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    publishing.join()
+    outbox.publish()  # what committed after the follower stopped
+    published = outbox.published_ids()
+    assert published == Counter(outbox.ids()), "every row exactly once"
+
+
+def test_adding_the_position_column_gives_up_instead_of_stalling_the_writers(outbox):
+    from eosflow.ingest.pipelines import PipelineConfigError
+
+    busy = psycopg.connect(outbox.settings.warehouse_dsn)
+    outbox.insert(busy, 1)  # an open transaction on the outbox
+    try:
+        with pytest.raises(
+            PipelineConfigError, match='waited 5 s.*alter table .* add column "eosflow_xid" xid8'
+        ):
+            outbox.publish()
+    finally:
+        busy.commit()
+        busy.close()
+    assert outbox.publish().rows == 1
+
+
+def test_a_publisher_killed_inside_its_transaction_publishes_nothing_twice(outbox):
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 120)
+    killed = outbox.cli(EOSFLOW_CRASH_AT="publish_in_transaction")
+    _, err = killed.communicate(timeout=120)
+    assert killed.returncode == -9 and "SIGKILL at publish_in_transaction" in err
+    assert outbox.published_ids() == Counter()  # its batch was produced, never committed
+    assert len(read_all(outbox.settings, outbox.topic, "read_uncommitted")) == 50
+    done = outbox.cli()
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err[-2000:]
+    assert outbox.published_ids() == Counter(outbox.ids())
+
+
+def test_a_zombie_publisher_is_fenced_by_the_next_one(outbox, tmp_path):
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 60)
+    zombie = outbox.cli(EOSFLOW_PAUSE_AT="publish_in_transaction", EOSFLOW_FAULT_DIR=str(tmp_path))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "publish_in_transaction.paused").exists():
+        assert zombie.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    newer = outbox.publish()  # fences the zombie, aborts its open batch, publishes everything
+    assert newer.rows == 60
+    (tmp_path / "publish_in_transaction.resume").write_text("go")
+    _, err = zombie.communicate(timeout=120)
+    assert zombie.returncode == 3 and "fenced" in err, err[-2000:]
+    assert outbox.published_ids() == Counter(outbox.ids())
