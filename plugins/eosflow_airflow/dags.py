@@ -9,8 +9,17 @@ from airflow.sdk import DAG, Asset, Param, dag
 
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
+from eosflow.publish.declaration import Publisher
 from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
-from eosflow_airflow.tasks import compact_targets, ingest_dag_id, plan, validate_backfill, verify
+from eosflow_airflow.tasks import (
+    compact_targets,
+    ingest_dag_id,
+    plan,
+    publish_dag_id,
+    publish_rows,
+    validate_backfill,
+    verify,
+)
 
 DEFAULT_ARGS = {"owner": "eosflow", "retries": 2, "retry_delay": timedelta(seconds=20)}
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -140,3 +149,25 @@ def build_compact_dag() -> DAG:
         compact_targets()
 
     return compact()
+
+
+def build_publish_dag(publisher: Publisher) -> DAG:
+    """Every few minutes, what the outbox committed since into its topic (`eosflow publish`)."""
+    interval = timedelta(minutes=int(os.environ.get("EOSFLOW_PUBLISH_INTERVAL_MINUTES", "5")))
+
+    @dag(
+        dag_id=publish_dag_id(publisher.name),
+        description=f"{publisher.table} -> Kafka topic {publisher.topic}, exactly once",
+        schedule=interval,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,  # one publisher at a time; a second one would fence the first
+        default_args=DEFAULT_ARGS,
+        tags=["eosflow", "publish", f"publisher:{publisher.name}"],
+        doc_md=f"Publishes the committed rows of `{publisher.table}` to `{publisher.topic}`: each batch and "
+        "its position in one Kafka transaction; a retried or cleared task continues from the position.",
+    )
+    def publish_dag():
+        publish_rows(publisher.name)
+
+    return publish_dag()

@@ -182,3 +182,23 @@ def compact_targets() -> dict:
             log.info("%s", summary.line())
             done[name] = summary.children_after
     return done
+
+
+def publish_dag_id(publisher_name: str) -> str:
+    return f"eosflow_publish_{publisher_name}"
+
+
+@task(task_id="publish")
+def publish_rows(publisher_name: str) -> dict:
+    """The outbox's committed rows into Kafka, each batch with its position in one Kafka transaction."""
+    from eosflow.ingest.pipelines import PipelineConfigError
+    from eosflow.publish.declaration import load_publisher
+    from eosflow.publish.publisher import PublisherFencedError, publish
+
+    settings = EosflowHook().settings()
+    try:
+        summary = publish(settings, load_publisher(settings, publisher_name), log=log.info)
+    except (PipelineConfigError, PublisherFencedError) as exc:
+        raise AirflowFailException(str(exc)) from None  # a retry cannot help: fix, or let the newer one run
+    log.info("%s", summary.line())
+    return {"rows": summary.rows, "transactions": summary.transactions}

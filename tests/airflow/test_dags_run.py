@@ -47,6 +47,24 @@ def test_ingest_dag_runs_a_kafka_sink_plan_spark_job_and_kafka_verify(case, airf
     assert len(read_all(case.settings, case.output_topic)) == len(manifest.visible())
 
 
+def test_publish_dag_publishes_the_outbox_once_and_a_second_run_adds_nothing(case, airflow_db):
+    from collections import Counter
+
+    import psycopg
+
+    from eosflow_airflow.dags import build_publish_dag
+    from tests.outbox import Outbox
+
+    outbox = Outbox(case)
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 75)
+    dag = build_publish_dag(outbox.publisher)
+    for _ in range(2):
+        run = dag.test()
+        assert str(run.state) == "success", _states(run)
+    assert outbox.published_ids() == Counter(outbox.ids())
+
+
 def test_backfill_dag_fails_fast_on_an_invalid_request(case, airflow_db):
     from eosflow_airflow.dags import build_backfill_dag
 

@@ -36,7 +36,8 @@ class Publisher:
         return f"eosflow.publish.offsets.{self.name}"
 
 
-def load_publisher(settings: Settings, name: str, path: Path | None = None) -> Publisher:
+def load_publishers(settings: Settings, path: Path | None = None) -> dict[str, Publisher]:
+    """Every publisher the pipelines file declares (none: an empty mapping)."""
     path = path or pipelines_file(settings)
     try:
         body = yaml.safe_load(path.read_text()) or {}
@@ -45,10 +46,27 @@ def load_publisher(settings: Settings, name: str, path: Path | None = None) -> P
             f"no pipelines file at {path}; create one or set EOSFLOW_PIPELINES"
         ) from None
     entries = body.get("publishers") or {}
-    if not isinstance(entries, dict) or name not in entries:
-        declared = sorted(entries) if isinstance(entries, dict) else []
-        raise PipelineConfigError(f"unknown publisher {name!r}; {path} declares under publishers: {declared}")
-    return _parse(name, entries[name], f"{path}: publisher {name!r}")
+    if not isinstance(entries, dict):
+        raise PipelineConfigError(f"{path}: publishers must be a mapping of publisher names to settings")
+    found = {name: _parse(str(name), spec, f"{path}: publisher {name!r}") for name, spec in entries.items()}
+    topics: dict[str, str] = {}
+    for name, p in found.items():
+        if p.topic in topics:
+            raise PipelineConfigError(
+                f"{path}: publishers {topics[p.topic]!r} and {name!r} both write {p.topic}"
+            )
+        topics[p.topic] = name
+    return found
+
+
+def load_publisher(settings: Settings, name: str, path: Path | None = None) -> Publisher:
+    found = load_publishers(settings, path)
+    if name not in found:
+        raise PipelineConfigError(
+            f"unknown publisher {name!r}; {path or pipelines_file(settings)} declares under publishers: "
+            f"{sorted(found)}"
+        )
+    return found[name]
 
 
 def _parse(name: str, spec: object, where: str) -> Publisher:
