@@ -16,7 +16,7 @@ from tests.kafka_reader import read_all
 
 
 class Outbox:
-    def __init__(self, case) -> None:
+    def __init__(self, case, **declared) -> None:
         self.case, self.settings = case, case.settings
         self.table = f"outbox.{case.name}"
         self.topic = f"published.{case.name}"
@@ -33,6 +33,7 @@ class Outbox:
             "key": "aggregate",
             "batch_rows": 50,
             "batch_seconds": 0.2,
+            **declared,
         }
         case.config_path.write_text(
             yaml.safe_dump({"pipelines": {case.name: case.spec}, "publishers": {case.name: spec}})

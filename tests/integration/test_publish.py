@@ -119,3 +119,19 @@ def test_a_zombie_publisher_is_fenced_by_the_next_one(outbox, tmp_path):
     _, err = zombie.communicate(timeout=120)
     assert zombie.returncode == 3 and "fenced" in err, err[-2000:]
     assert outbox.published_ids() == Counter(outbox.ids())
+
+
+def test_the_at_least_once_comparison_publishes_a_batch_twice_when_killed_before_storing_its_position(case):
+    outbox = Outbox(case, delivery="at_least_once")
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 120)
+    killed = outbox.cli(EOSFLOW_CRASH_AT="publish_in_transaction")
+    _, err = killed.communicate(timeout=120)
+    assert killed.returncode == -9, err[-2000:]
+    assert sum(outbox.published_ids().values()) == 50  # delivered, visible, position not stored
+    done = outbox.cli()
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err[-2000:]
+    published = outbox.published_ids()
+    assert set(published) == set(outbox.ids())  # nothing lost...
+    assert sorted(n for n in published.values() if n > 1) == [2] * 50  # ...and the first batch twice

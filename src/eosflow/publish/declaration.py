@@ -26,6 +26,7 @@ class Publisher:
     key_column: str | None = None  # the record key (the aggregate id): per-key order holds
     batch_rows: int = 1_000  # a Kafka transaction closes after this many rows...
     batch_seconds: float = 5.0  # ...or when no more committed rows are there; polls this often when idle
+    delivery: str = "exactly_once"  # at_least_once: the lab's comparison (position in Postgres, after)
 
     @property
     def shard(self) -> int:
@@ -76,7 +77,7 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         )
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
-    known = {"table", "topic", "id", "key", "batch_rows", "batch_seconds"}
+    known = {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery"}
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
@@ -100,4 +101,9 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         raise PipelineConfigError(f"{where}: batch_rows must be a whole number >= 1, not {rows!r}")
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
         raise PipelineConfigError(f"{where}: batch_seconds must be a number > 0, not {seconds!r}")
-    return Publisher(name, table, topic, id_column, spec.get("key"), rows, float(seconds))
+    delivery = spec.get("delivery", "exactly_once")
+    if delivery not in ("exactly_once", "at_least_once"):
+        raise PipelineConfigError(
+            f"{where}: delivery {delivery!r} unknown; exactly_once, or at_least_once (for comparison only)"
+        )
+    return Publisher(name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery)

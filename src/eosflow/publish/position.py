@@ -53,3 +53,21 @@ def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:
         if m.key() == key(publisher) and m.value() is not None:
             found = Position.from_json(m.value())
     return found
+
+
+def read_stored(conn, publisher: Publisher) -> Position | None:
+    """at_least_once: the position stored in Postgres after the last batch was produced."""
+    row = conn.execute(
+        "select xid, id from eosflow.publish_positions where publisher = %s and shard = %s",
+        (publisher.name, publisher.shard),
+    ).fetchone()
+    return Position(row[0], row[1]) if row else None
+
+
+def store(conn, publisher: Publisher, pos: Position) -> None:
+    conn.execute(
+        "insert into eosflow.publish_positions (publisher, shard, xid, id) values (%s, %s, %s, %s) "
+        "on conflict (publisher, shard) do update set xid = excluded.xid, id = excluded.id, "
+        "updated_at = now()",
+        (publisher.name, publisher.shard, pos.xid, pos.id),
+    )

@@ -24,6 +24,7 @@ from eosflow.publish import outbox, position
 from eosflow.publish.declaration import Publisher
 from eosflow.publish.outbox import Position
 from eosflow.settings import Settings
+from eosflow.warehouse.migrate import migrate
 
 Log = Callable[[str], None]
 ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
@@ -73,17 +74,18 @@ def publish(
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         id_type = outbox.prepare(conn, publisher, log)
         position.ensure_topics(settings.kafka, publisher, log)
-        producer = Producer(
-            {
-                **settings.kafka,
-                "transactional.id": transactional_id(publisher),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 20,
-            }
-        )
-        producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
-        current = summary.started_at = position.read(settings.kafka, publisher)  # only after the fencing
+        exactly_once = publisher.delivery == "exactly_once"
+        config = {**settings.kafka, "enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        if exactly_once:
+            config["transactional.id"] = transactional_id(publisher)
+        producer = Producer(config)
+        if exactly_once:
+            producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
+            current = position.read(settings.kafka, publisher)  # only after the fencing
+        else:
+            migrate(settings.warehouse_dsn, log=log)
+            current = position.read_stored(conn, publisher)
+        summary.started_at = current
         log(
             f"publisher {publisher.name}: from {current.xid}/{current.id}"
             if current
@@ -98,7 +100,10 @@ def publish(
                         break
                     time.sleep(publisher.batch_seconds)
                     continue
-                current = _one_transaction(producer, publisher, rows)
+                if exactly_once:
+                    current = _one_transaction(producer, publisher, rows)
+                else:
+                    current = _produce_then_store(conn, producer, publisher, rows)
                 summary.transactions += 1
                 summary.rows += len(rows)
                 summary.position = current
@@ -125,17 +130,47 @@ def publish(
 def _one_transaction(producer, publisher: Publisher, rows: list[dict]) -> Position:
     producer.begin_transaction()
     for row in rows:
-        headers = [
-            (ROW_ID_HEADER, outbox.position_of(row, publisher).id.encode()),
-            (XID_HEADER, str(row[outbox.XID_COLUMN]).encode()),
-        ]
-        _produce(producer, publisher.topic, outbox.row_key(row, publisher), outbox.row_value(row), headers)
+        _produce(
+            producer,
+            publisher.topic,
+            outbox.row_key(row, publisher),
+            outbox.row_value(row),
+            _headers(row, publisher),
+        )
     last = outbox.position_of(rows[-1], publisher)
     _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
     fault_point("publish_in_transaction")  # records and position produced, the transaction open
     producer.commit_transaction(_TIMEOUT_S)
     return last
+
+
+def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) -> Position:
+    """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
+    for row in rows:
+        _produce(
+            producer,
+            publisher.topic,
+            outbox.row_key(row, publisher),
+            outbox.row_value(row),
+            _headers(row, publisher),
+        )
+    remaining = producer.flush(_TIMEOUT_S)
+    if remaining:
+        raise TimeoutError(
+            f"{remaining} records of publisher {publisher.name} not delivered in {_TIMEOUT_S:.0f}s"
+        )
+    fault_point("publish_in_transaction")  # the records delivered, the position not stored
+    last = outbox.position_of(rows[-1], publisher)
+    position.store(conn, publisher, last)
+    return last
+
+
+def _headers(row: dict, publisher: Publisher) -> list[tuple[str, bytes]]:
+    return [
+        (ROW_ID_HEADER, outbox.position_of(row, publisher).id.encode()),
+        (XID_HEADER, str(row[outbox.XID_COLUMN]).encode()),
+    ]
 
 
 def _produce(producer, topic: str, key, value, headers) -> None:
