@@ -124,3 +124,18 @@ def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_onc
     # The comparison: records produced, then the worker killed before its offsets were committed.
     alo = _pick(lab_trials, "kill -9 in_kafka_transaction", "kafka_at_least_once")
     assert alo["duplicated"] > 0 and alo["lost"] == 0 and "appears twice" in alo["invariants"], alo
+
+
+@pytest.mark.timeout(3600)
+def test_the_exactly_once_publisher_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
+    published = [r for r in lab_trials if r["mode"] == "publish_exactly_once"]
+    assert {r["scenario"] for r in published} >= {
+        "publisher kill -9 publish_in_transaction",
+        "publisher zombie wakes late",
+    }
+    for r in published:
+        assert r["acknowledged"] > 0 and (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
+    zombie = _pick(lab_trials, "publisher zombie wakes late", "publish_exactly_once")
+    assert "exit 3 (fenced)" in zombie["fault_detail"], zombie
+    alo = _pick(lab_trials, "publisher kill -9 publish_in_transaction", "publish_at_least_once")
+    assert alo["duplicated"] > 0 and alo["lost"] == 0, alo

@@ -30,7 +30,8 @@ def test_tally_of_a_perfect_table():
 
 def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_they_differ():
     todo = {s.key: [m for m, _ in cells] for s, cells in runner.plan(None, None, 1, small=True)}
-    assert all("exactly_once" in modes or "kafka_exactly_once" in modes for modes in todo.values())
+    eo = ("exactly_once", "kafka_exactly_once", "publish_exactly_once")
+    assert all(any(m in modes for m in eo) for modes in todo.values())
     assert sorted(todo["kill-in-commit"]) == [
         "at_least_once",
         "at_most_once",
@@ -42,6 +43,7 @@ def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_th
     # The Kafka sink's own boundary, in both its modes: where the at-least-once comparison duplicates.
     assert todo["kill-in-kafka-transaction"] == ["kafka_exactly_once", "kafka_at_least_once"]
     assert "kafka_exactly_once" in todo["zombie"]
+    assert todo["publish-kill-in-transaction"] == ["publish_exactly_once", "publish_at_least_once"]
 
 
 def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_repeat():

@@ -10,14 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from eosflow.ingest.pipelines import DELIVERY_MODES
-from eosflow.lab import consumer_faults
+from eosflow.lab import consumer_faults, publisher_faults
 from eosflow.lab.outcome import Trial
-from eosflow.lab.world import KAFKA_MODES, Lab
+from eosflow.lab.world import KAFKA_MODES, PUBLISH_MODES, Lab
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
 Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]
 EO = ("exactly_once",)
 KAFKA = tuple(KAFKA_MODES)  # a Kafka sink, exactly_once and its at_least_once comparison
+PUBLISH = tuple(PUBLISH_MODES)  # eosflow publish, exactly_once and its at_least_once comparison
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,14 @@ def _acks(lab: Lab, cells: Sequence[Cell]) -> list[Trial]:
     return leader_failure(lab, cells)
 
 
+def _publish_kill(point: str) -> Runner:
+    return lambda lab, cells: [publisher_faults.kill(lab, point, mode, trial) for mode, trial in cells]
+
+
+def _publish(fn: Callable[[Lab, str, int], Trial]) -> Runner:
+    return _each(fn)
+
+
 def _crash_modes(point: str) -> tuple[str, ...]:
     warehouse = DELIVERY_MODES if point in consumer_faults.CRASH_POINTS else ()
     return warehouse + (KAFKA if point in consumer_faults.KAFKA_CRASH_POINTS else ())
@@ -84,6 +93,19 @@ SCENARIOS: tuple[Scenario, ...] = (
         small_modes=("exactly_once", "at_least_once", "kafka_exactly_once"),
     ),
     Scenario("airflow-clear", _airflow, DELIVERY_MODES + KAFKA),
+    # `eosflow publish`: an outbox into Kafka, against its at-least-once comparison.
+    *(
+        Scenario(
+            f"publish-kill-{point.removeprefix('publish_').replace('_', '-')}",
+            _publish_kill(point),
+            PUBLISH,
+            PUBLISH if point == "publish_in_transaction" else ("publish_exactly_once",),
+        )
+        for point in ("publish_before_batch", "publish_in_transaction", "publish_after_commit")
+    ),
+    Scenario("publish-zombie", _publish(publisher_faults.zombie), PUBLISH, ("publish_exactly_once",)),
+    Scenario("publish-broker-restart", _publish(publisher_faults.broker_restart), PUBLISH, ()),
+    Scenario("publish-postgres-restart", _publish(publisher_faults.postgres_restart), PUBLISH, ()),
     # The producer's faults: the consumer is exactly_once, so whatever is lost or duplicated
     # happened between the producer and the broker.
     Scenario("producer-retries", _proxy, modes=EO),

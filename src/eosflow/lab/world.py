@@ -43,13 +43,17 @@ LAB_ENV = {
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
 # A Kafka sink's modes: the same delivery modes, the output a topic instead of a table.
 KAFKA_MODES = {"kafka_exactly_once": "exactly_once", "kafka_at_least_once": "at_least_once"}
-LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES)
+# `eosflow publish`: an outbox into Kafka, exactly once or (for comparison) at least once.
+PUBLISH_MODES = {"publish_exactly_once": "exactly_once", "publish_at_least_once": "at_least_once"}
+LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *PUBLISH_MODES)
 MODE_TAGS = {
     "exactly_once": "eo",
     "at_least_once": "alo",
     "at_most_once": "amo",
     "kafka_exactly_once": "keo",
     "kafka_at_least_once": "kalo",
+    "publish_exactly_once": "peo",
+    "publish_at_least_once": "palo",
 }
 
 
@@ -103,7 +107,12 @@ class Lab:
         self.log = log
         self.pipelines_file = home / "pipelines.yml"
         self._declared: dict[str, dict] = {}
+        self.publishers: dict[str, dict] = {}  # eosflow.lab.publisher_faults declares its publishers here
         home.mkdir(parents=True, exist_ok=True)
+
+    def write_declarations(self) -> None:
+        body = {"pipelines": self._declared, "publishers": self.publishers}
+        self.pipelines_file.write_text(yaml.safe_dump(body, sort_keys=True))
 
     # -- pipelines ------------------------------------------------------------------------------------
     def pipeline(self, scenario: str, mode: str, trial: int) -> LabPipeline:
@@ -124,7 +133,7 @@ class Lab:
             "max_value_bytes": 65_536,
             **sink,
         }
-        self.pipelines_file.write_text(yaml.safe_dump({"pipelines": self._declared}, sort_keys=True))
+        self.write_declarations()
         return p
 
     # -- producing ----------------------------------------------------------------------------------------
