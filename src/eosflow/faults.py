@@ -43,25 +43,15 @@ PAUSE_TIMEOUT_S = 900.0
 
 
 # Inside a sink's Spark task: a SIGKILL there kills the Python worker in the middle of its work
-# (the Kafka sink: the range's records produced, its transaction still open).
+# (the Kafka sink: the range's records produced, its transaction still open), and the job fails.
 SINK_FAULT_POINTS = ("in_kafka_transaction",)
 
 
-def sink_fault_point(name: str) -> None:
-    if name not in SINK_FAULT_POINTS:
-        raise ValueError(f"unknown sink fault point {name!r}")
-    if os.environ.get("EOSFLOW_CRASH_AT") == name:
-        print(f"eosflow: fault injection: SIGKILL at {name} (pid {os.getpid()})", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get("EOSFLOW_PAUSE_AT") == name:
-        _pause(name)
-
-
 def fault_point(name: str) -> None:
-    if name not in FAULT_POINTS:
+    if name not in FAULT_POINTS + SINK_FAULT_POINTS:
         raise ValueError(f"unknown fault point {name!r}")
     if os.environ.get("EOSFLOW_CRASH_AT") == name:
-        print(f"eosflow: fault injection: SIGKILL at {name}", file=sys.stderr, flush=True)
+        print(f"eosflow: fault injection: SIGKILL at {name} (pid {os.getpid()})", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("EOSFLOW_PAUSE_AT") == name:
         _pause(name)

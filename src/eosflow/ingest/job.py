@@ -181,9 +181,6 @@ def _produce(
     """A Kafka sink's steps 2 to 5: each Spark task reads its range, checks it, and produces it with its
     offsets in one Kafka transaction (eosflow.ingest.kafka_sink)."""
     from eosflow.ingest import kafka_sink
-    from eosflow.ingest.read import data_loss_as_error, read_plan
-    from eosflow.ingest.transform import transform
-    from eosflow.ingest.worker_errors import raised_in_workers
 
     if not plan.nonempty:  # no record to read: only first ranges and losses, offsets alone, no Spark
         return {
@@ -193,29 +190,8 @@ def _produce(
             for p in plan.partitions
             if p.first_seen or p.lost is not None
         }
-    from eosflow.ingest.spark_session import get_spark
-
     _check_topic_unchanged(settings, plan)  # before any range commits: nothing would undo it
-    with timer("spark start"):
-        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
-    fault_point("before_read")
-    with (
-        timer("read+transform+produce"),
-        data_loss_as_error(plan, settings.kafka),
-        raised_in_workers(
-            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
-        ),
-    ):
-        result = transform(
-            read_plan(spark, settings.kafka, plan),
-            pipeline=pipeline.name,
-            batch_id=plan.batch_id,
-            transform_version=pipeline.transform_version,
-            max_value_bytes=pipeline.max_value_bytes,
-            schema=pipeline.schema,
-            declaration_version=plan.declaration_version,
-            registry=registry,
-        )
+    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+produce") as result:
         encode = None
         if registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
             from eosflow.schema.avro_out import register_output
@@ -322,32 +298,10 @@ def _read_transform_stage(
     log: Log,
 ) -> dict[tuple[str, int], int]:
     """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging."""
-    from eosflow.ingest.read import check_within_plan, data_loss_as_error, read_plan
-    from eosflow.ingest.spark_session import get_spark
+    from eosflow.ingest.read import check_within_plan
     from eosflow.ingest.stage import stage
-    from eosflow.ingest.transform import transform
-    from eosflow.ingest.worker_errors import raised_in_workers
 
-    with timer("spark start"):
-        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
-    fault_point("before_read")
-    with (
-        timer("read+transform+stage"),
-        data_loss_as_error(plan, settings.kafka),
-        raised_in_workers(
-            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
-        ),
-    ):
-        result = transform(
-            read_plan(spark, settings.kafka, plan),
-            pipeline=pipeline.name,
-            batch_id=plan.batch_id,
-            transform_version=pipeline.transform_version,
-            max_value_bytes=pipeline.max_value_bytes,
-            schema=pipeline.schema,
-            declaration_version=plan.declaration_version,
-            registry=registry,
-        )
+    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+stage") as result:
         staged = stage(settings, pipeline, plan, result, by_range=by_range)
     records_read = check_within_plan(plan, staged.read)
     log(
@@ -359,6 +313,44 @@ def _read_transform_stage(
     fault_point("after_read")
     fault_point("after_stage")
     return records_read
+
+
+@contextmanager
+def _checked_read(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    timer: _Timer,
+    phase: str,
+):
+    """Steps 2 and 3 for every sink: Spark reads the planned ranges and checks them; the caller's sink
+    writes them inside this block, which times it as `phase` and turns the workers' errors into ours."""
+    from eosflow.ingest.read import data_loss_as_error, read_plan
+    from eosflow.ingest.spark_session import get_spark
+    from eosflow.ingest.transform import transform
+    from eosflow.ingest.worker_errors import raised_in_workers
+
+    with timer("spark start"):
+        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+    fault_point("before_read")
+    with (
+        timer(phase),
+        data_loss_as_error(plan, settings.kafka),
+        raised_in_workers(
+            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
+        ),
+    ):
+        yield transform(
+            read_plan(spark, settings.kafka, plan),
+            pipeline=pipeline.name,
+            batch_id=plan.batch_id,
+            transform_version=pipeline.transform_version,
+            max_value_bytes=pipeline.max_value_bytes,
+            schema=pipeline.schema,
+            declaration_version=plan.declaration_version,
+            registry=registry,
+        )
 
 
 class _Timer:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 
-from eosflow.faults import sink_fault_point
+from eosflow.faults import fault_point
 from eosflow.ingest.commit import expected_position
 from eosflow.ingest.pipelines import KafkaSink, Pipeline
 from eosflow.ingest.ranges import PartitionPlan, Plan
@@ -249,7 +249,7 @@ class RangeTransaction:
         remaining = self.producer.flush(_TIMEOUT_S)
         if remaining:
             raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
-        sink_fault_point("in_kafka_transaction")  # records in the log, transaction open
+        fault_point("in_kafka_transaction")  # records in the log, transaction open
         if self.transactional:
             try:
                 self.producer.send_offsets_to_transaction(

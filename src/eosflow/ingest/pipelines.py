@@ -93,8 +93,8 @@ def pipelines_file(settings: Settings) -> Path:
     return Path(os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml")
 
 
-def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline]:
-    path = path or pipelines_file(settings)
+def read_file(path: Path) -> dict:
+    """The pipelines file's top level (pipelines:, publishers:), or a PipelineConfigError saying why not."""
     try:
         body = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
@@ -103,6 +103,14 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
         ) from None
     except yaml.YAMLError as exc:
         raise PipelineConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(body, dict):
+        raise PipelineConfigError(f"{path}: expected a mapping with pipelines: (and publishers:)")
+    return body
+
+
+def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline]:
+    path = path or pipelines_file(settings)
+    body = read_file(path)
     entries = body.get("pipelines")
     if not isinstance(entries, dict) or not entries:
         raise PipelineConfigError(

@@ -6,9 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from eosflow.ingest.pipelines import PipelineConfigError, pipelines_file
+from eosflow.ingest.pipelines import PipelineConfigError, pipelines_file, read_file
 from eosflow.settings import Settings
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -40,12 +38,7 @@ class Publisher:
 def load_publishers(settings: Settings, path: Path | None = None) -> dict[str, Publisher]:
     """Every publisher the pipelines file declares (none: an empty mapping)."""
     path = path or pipelines_file(settings)
-    try:
-        body = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise PipelineConfigError(
-            f"no pipelines file at {path}; create one or set EOSFLOW_PIPELINES"
-        ) from None
+    body = read_file(path)
     entries = body.get("publishers") or {}
     if not isinstance(entries, dict):
         raise PipelineConfigError(f"{path}: publishers must be a mapping of publisher names to settings")

@@ -129,14 +129,7 @@ def publish(
 
 def _one_transaction(producer, publisher: Publisher, rows: list[dict]) -> Position:
     producer.begin_transaction()
-    for row in rows:
-        _produce(
-            producer,
-            publisher.topic,
-            outbox.row_key(row, publisher),
-            outbox.row_value(row),
-            _headers(row, publisher),
-        )
+    _produce_rows(producer, publisher, rows)
     last = outbox.position_of(rows[-1], publisher)
     _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
@@ -147,14 +140,7 @@ def _one_transaction(producer, publisher: Publisher, rows: list[dict]) -> Positi
 
 def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) -> Position:
     """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
-    for row in rows:
-        _produce(
-            producer,
-            publisher.topic,
-            outbox.row_key(row, publisher),
-            outbox.row_value(row),
-            _headers(row, publisher),
-        )
+    _produce_rows(producer, publisher, rows)
     remaining = producer.flush(_TIMEOUT_S)
     if remaining:
         raise TimeoutError(
@@ -164,6 +150,12 @@ def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) 
     last = outbox.position_of(rows[-1], publisher)
     position.store(conn, publisher, last)
     return last
+
+
+def _produce_rows(producer, publisher: Publisher, rows: list[dict]) -> None:
+    for row in rows:
+        key, value = outbox.row_key(row, publisher), outbox.row_value(row)
+        _produce(producer, publisher.topic, key, value, _headers(row, publisher))
 
 
 def _headers(row: dict, publisher: Publisher) -> list[tuple[str, bytes]]:
