@@ -134,3 +134,39 @@ def test_the_avro_output_schema_follows_the_declaration():
         and fields["tags"]["default"] is None
     )
     assert fields["attrs"]["type"] == ["null", "string"]  # jsonb travels as its JSON text
+
+
+class _MovingCoordinator:
+    """A consumer whose group coordinator is still loading for its first `failures` calls."""
+
+    def __init__(self, failures: int, code) -> None:
+        self.failures, self.code, self.calls = failures, code, 0
+
+    def committed(self, partitions, timeout):
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise KafkaException(KafkaError(self.code))
+        return partitions
+
+
+def test_committed_offsets_are_asked_again_while_the_coordinator_moves():
+    from confluent_kafka import KafkaError
+
+    from eosflow.ingest.kafka_sink import committed
+
+    # Seen on a fresh cluster: the first committed() of a new group fails with NOT_COORDINATOR.
+    consumer = _MovingCoordinator(2, KafkaError.NOT_COORDINATOR)
+    assert committed(consumer, ["tp"], 10, sleep=lambda s: None) == ["tp"] and consumer.calls == 3
+
+
+def test_other_errors_of_committed_offsets_are_not_retried():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from eosflow.ingest.kafka_sink import committed
+
+    consumer = _MovingCoordinator(1, KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        committed(consumer, ["tp"], 10, sleep=lambda s: None)
+    assert consumer.calls == 1

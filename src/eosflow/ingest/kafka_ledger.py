@@ -25,7 +25,7 @@ from eosflow.ingest.commit import (
     expected_position,
     lock_positions,
 )
-from eosflow.ingest.kafka_sink import ALREADY, FENCED, RangeOutcome, group_id, parse_metadata
+from eosflow.ingest.kafka_sink import ALREADY, FENCED, RangeOutcome, committed, group_id, parse_metadata
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.ingest.ranges import PartitionPlan, Plan
 
@@ -112,7 +112,7 @@ def committed_offsets(kafka: Mapping[str, str], pipeline: str, topic: str, parti
         }
     )
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=_TIMEOUT_S)
+        found = committed(consumer, [TopicPartition(topic, p) for p in partitions], _TIMEOUT_S)
     finally:
         consumer.close()
     return {tp.partition: (tp.offset, tp.metadata) for tp in found if tp.offset >= 0}

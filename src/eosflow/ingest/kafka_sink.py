@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -191,9 +192,9 @@ class RangeTransaction:
         if self.transactional:
             self.producer.init_transactions(_TIMEOUT_S)  # fences, and aborts what a zombie left open
         r = self.part.range
-        (tp,) = self.consumer.committed([TopicPartition(r.topic, r.partition)], timeout=_TIMEOUT_S)
-        committed = tp.offset if tp.offset >= 0 else None
-        outcome, why = decide(self.part, self.batch_id, self.group, committed, tp.metadata)
+        (tp,) = committed(self.consumer, [TopicPartition(r.topic, r.partition)], _TIMEOUT_S)
+        offset = tp.offset if tp.offset >= 0 else None
+        outcome, why = decide(self.part, self.batch_id, self.group, offset, tp.metadata)
         if outcome == ALREADY:  # the counts the committing attempt recorded with its offsets
             meta = parse_metadata(tp.metadata)
             self.read, self.written, self.rejected = (meta.get(k, 0) for k in ("read", "written", "rejected"))
@@ -276,6 +277,29 @@ class RangeTransaction:
         # No flush: commit() flushed what had to be delivered, and a fenced producer's flush raises
         # its fatal error again, which would turn a clean FENCED into a failed task.
         self.consumer.close()
+
+
+# The group coordinator is moving or loading (a new cluster creates __consumer_offsets on first use,
+# a broker restart moves it): librdkafka's committed() reports these instead of waiting them out.
+_COORDINATOR_CODES = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def committed(consumer, partitions: list, timeout_s: float, sleep=time.sleep) -> list:
+    """consumer.committed(), retried while the group's coordinator moves or loads, within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.1
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=max(deadline - time.monotonic(), 1.0))
+        except KafkaException as exc:
+            if exc.args[0].code() not in _COORDINATOR_CODES or time.monotonic() + pause > deadline:
+                raise
+        sleep(pause)
+        pause = min(pause * 2, 2.0)
 
 
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)

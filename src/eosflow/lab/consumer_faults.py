@@ -32,7 +32,10 @@ def crash(lab: Lab, point: str, mode: str, trial: int) -> Trial:
     died = first.killed or (point in SINK_FAULT_POINTS and first.returncode != 0)
     faults = int(died and f"SIGKILL at {point}" in first.stderr)
     retry = lab.run_job(p, "r1")
-    detail = f"killed at {point}: exit {first.returncode}; retry (same run id) exit {retry.returncode}"
+    detail = f"killed at {point}: exit {first.returncode}"
+    if not faults:  # it did not die where it was told to: say what stopped it instead
+        detail += f" ({_last_error(first)})"
+    detail += f"; retry (same run id) exit {retry.returncode}"
     return _trial(lab, f"kill -9 {point}", p, manifest, trial, faults, detail)
 
 
