@@ -26,27 +26,25 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     sink = pipeline.kafka_sink
     missing = [t for t in (sink.output_topic, sink.dead_letter_topic) if t not in metadata.topics]
     if missing:
-        create(client, missing, partitions)
-        log(
-            f"created {', '.join(missing)} with {partitions} partitions (as {pipeline.topic}) "
-            f"for {pipeline.name}"
-        )
+        from confluent_kafka.admin import NewTopic
+
+        # As many partitions as the source; replication -1: the cluster's default.replication.factor.
+        create(client, [NewTopic(t, partitions, -1) for t in missing], log)
 
 
-def create(client, topics: list[str], partitions: int) -> None:
+def create(client, topics: list, log=print) -> None:
+    """Create `topics` (confluent-kafka NewTopic values); one a concurrent run made first is fine."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
 
-    # replication_factor -1: the cluster's default.replication.factor, whatever the cluster's size.
-    futures = client.create_topics([NewTopic(t, partitions, -1) for t in topics])
-    for topic, future in futures.items():
+    for topic, future in client.create_topics(topics).items():
         try:
             future.result(timeout=_TIMEOUT_S)
+            log(f"created topic {topic}")
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent run made it first
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise PipelineConfigError(
-                    f"could not create output topic {topic!r}: {exc.args[0].str()}; create it yourself (any "
-                    "partition count) or give eosflow's Kafka user the right to"
+                    f"could not create topic {topic!r}: {exc.args[0].str()}; create it yourself or give "
+                    "eosflow's Kafka user the right to"
                 ) from exc
 
 

@@ -25,8 +25,9 @@ def key(publisher: Publisher) -> bytes:
 
 def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> None:
     """The offsets topic (compacted, one partition) and the output topic (the cluster's defaults)."""
-    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    from eosflow.ingest.kafka_topics import create
 
     client = AdminClient(dict(kafka))
     existing = client.list_topics(timeout=_TIMEOUT_S).topics
@@ -35,15 +36,8 @@ def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> 
         wanted.append(NewTopic(publisher.offsets_topic, 1, -1, config={"cleanup.policy": "compact"}))
     if publisher.topic not in existing:
         wanted.append(NewTopic(publisher.topic, -1, -1))  # -1: num.partitions, default.replication.factor
-    if not wanted:
-        return
-    for topic, future in client.create_topics(wanted).items():
-        try:
-            future.result(timeout=_TIMEOUT_S)
-            log(f"created topic {topic}")
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+    if wanted:
+        create(client, wanted, log)
 
 
 def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:
