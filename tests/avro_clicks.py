@@ -7,6 +7,8 @@ import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
+from tests.clicks import click_columns
+
 WRITER = {
     "type": "record",
     "name": "Click",
@@ -35,20 +37,7 @@ WRITER = {
 }
 DECLARATION = {
     "format": "avro",
-    "columns": [
-        {"name": "click_id", "type": "uuid", "required": True},
-        {"name": "url", "type": "text", "required": True, "pattern": "^https?://"},
-        {"name": "ts", "type": "timestamptz", "required": True},
-        {"name": "customer", "type": "text", "source": "$.customer.id"},
-        {"name": "n_items", "type": "bigint", "min": 0},
-        {"name": "price", "type": "numeric(12,2)"},
-        {"name": "kind", "type": "text", "enum": ["view", "add", "buy"]},
-        {"name": "tags", "type": "text[]"},
-        {"name": "attrs", "type": "jsonb"},
-        {"name": "ok", "type": "boolean"},
-        {"name": "day", "type": "date"},
-        {"name": "score", "type": "double"},
-    ],
+    "columns": click_columns("attrs"),
     "business_key": "click_id",
 }
 

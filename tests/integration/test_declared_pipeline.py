@@ -18,27 +18,14 @@ from confluent_kafka import Producer
 
 from eosflow.ingest import pipelines
 from eosflow.kafka_admin import ensure_topic
+from tests.clicks import click_columns
 
 pytestmark = pytest.mark.integration
 
 CLICKS = {
     "format": "json",
     "key": "text",
-    "columns": [
-        {"name": "click_id", "type": "uuid", "required": True},
-        {"name": "url", "type": "text", "required": True, "pattern": "^https?://"},
-        {"name": "ts", "type": "timestamptz", "required": True},
-        {"name": "customer", "type": "text", "source": "$.customer.id"},
-        {"name": "n_items", "type": "bigint", "min": 0},
-        {"name": "price", "type": "numeric(12,2)"},
-        {"name": "kind", "type": "text", "enum": ["view", "add", "buy"]},
-        {"name": "tags", "type": "text[]"},
-        {"name": "payload", "type": "jsonb"},
-        {"name": "ok", "type": "boolean"},
-        {"name": "day", "type": "date"},
-        {"name": "score", "type": "double"},
-        {"name": "sizes", "type": "integer[]"},
-    ],
+    "columns": click_columns("payload") + [{"name": "sizes", "type": "integer[]"}],
     "business_key": "click_id",
 }
 

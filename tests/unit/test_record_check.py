@@ -13,23 +13,11 @@ import pytest
 from eosflow.schema.arrow import array_literal, json_text, to_arrow
 from eosflow.schema.declaration import DeclarationError, parse_schema
 from eosflow.schema.record import RecordCheck
+from tests.clicks import click_columns
 
 CLICKS = {
-    "columns": [
-        {"name": "click_id", "type": "uuid", "required": True},
-        {"name": "url", "type": "text", "required": True, "pattern": "^https?://"},
-        {"name": "ts", "type": "timestamptz", "required": True},
-        {"name": "customer", "type": "text", "source": "$.customer.id"},
-        {"name": "n_items", "type": "bigint", "min": 0},
-        {"name": "price", "type": "numeric(12,2)"},
-        {"name": "kind", "type": "text", "enum": ["view", "add", "buy"]},
-        {"name": "tags", "type": "text[]"},
-        {"name": "payload", "type": "jsonb"},
-        {"name": "ok", "type": "boolean"},
-        {"name": "day", "type": "date"},
-        {"name": "score", "type": "double"},
-        {"name": "first_sku", "type": "integer", "source": "$.items[0]['s k u']", "max": 99},
-    ],
+    "columns": click_columns("payload")
+    + [{"name": "first_sku", "type": "integer", "source": "$.items[0]['s k u']", "max": 99}],
     "business_key": "click_id",
 }
 SCHEMA = parse_schema(CLICKS, "test")
