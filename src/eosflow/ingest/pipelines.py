@@ -79,6 +79,9 @@ class Pipeline:
     max_value_bytes: int
     delivery: str = "exactly_once"
     kafka_sink: KafkaSink | None = None  # None: the warehouse (target_table) is the sink
+    # Records arriving in the topics also wake the ingest DAG (an Airflow AssetWatcher); only a wake-up:
+    # positions still come from the ledger. Opt-in: each wake-up costs a run (a Spark start).
+    wake_on_records: bool = False
 
     @property
     def topic(self) -> str:
@@ -189,6 +192,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "dead_letter_topic",
         "output_key",
         "transaction_timeout_ms",
+        "wake_on_records",
     }
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -238,6 +242,13 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
             "is a warehouse sink's comparison mode only"
         )
 
+    wake = spec.get("wake_on_records", False)
+    if not isinstance(wake, bool):
+        raise PipelineConfigError(
+            f"{where}: wake_on_records {wake!r} must be true or false (unquoted): true also runs the "
+            "ingest DAG when records arrive in its topics, false (the default) runs it on its interval only"
+        )
+
     def positive(key: str, default: int) -> int:
         value = spec.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -255,6 +266,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         max_value_bytes=positive("max_value_bytes", 65_536),
         delivery=delivery,
         kafka_sink=kafka_sink,
+        wake_on_records=wake,
     )
 
 
