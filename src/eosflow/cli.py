@@ -221,7 +221,7 @@ def cmd_airflow(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from eosflow.demo import run
 
-    return run(settings_mod.load(), log=_log)
+    return run(settings_mod.load(), log=_log, round_trip_too=not args.no_round_trip)
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -317,7 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)
 
-    p = sub.add_parser("demo", help="the main job end to end on the local stack")
+    p = sub.add_parser(
+        "demo", help="the main job end to end on the local stack, then the round trip back through Kafka"
+    )
+    p.add_argument(
+        "--no-round-trip",
+        action="store_true",
+        help="stop after the ingestion and its checks (skip publishing the orders_published mart to "
+        "orders.published and ingesting it into raw.orders_roundtrip)",
+    )
     p.set_defaults(func=cmd_demo)
 
     from eosflow.lab.cli import add_arguments as add_lab_arguments

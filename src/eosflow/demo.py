@@ -1,8 +1,13 @@
-"""`eosflow demo`: the main job end to end on the local stack.
+"""`eosflow demo`: the main job end to end on the local stack, and the round trip back through Kafka.
 
 Produce a transactional order stream (some transactions aborted on purpose, a few malformed
 records), run one exactly-once ingestion of the `orders` pipeline, then check the warehouse
-against the producer's manifest, then `dbt build` checks the invariants I1-I6.
+against the producer's manifest, then `dbt build` checks the invariants I1-I6 and builds the marts.
+
+The round trip (unless `--no-round-trip`): the publisher `orders_published` sends the mart of the
+same name to the topic orders.published (rows and position in one Kafka transaction), the pipeline
+`orders_roundtrip` ingests that topic into raw.orders_roundtrip, and the check finds every published
+row there once, as it left (round_trip.py).
 """
 
 from __future__ import annotations
@@ -16,32 +21,35 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Producer
 
-from eosflow import airflow_local, stack
+from eosflow import airflow_local, round_trip, stack
 from eosflow.ingest import pipelines, store
 from eosflow.ingest.commit import PartitionCounts
 from eosflow.ingest.summary import RunSummary
 from eosflow.kafka_admin import ensure_topic
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow.publish.declaration import load_publisher
 from eosflow.settings import Settings
 from eosflow.verify import verify_pipeline
 
 PIPELINE = "orders"
 DAG_ID = f"eosflow_ingest_{PIPELINE}"
+PUBLISHER, ROUND_TRIP = "orders_published", "orders_roundtrip"  # declared in pipelines.yml
 PARTITIONS = 6
 COUNT = 20_000
 MALFORMED = [b"not json at all", b'{"event_id": "missing everything else"}', None]
 
 
-def run(settings: Settings, log=print) -> int:
+def run(settings: Settings, log=print, round_trip_too: bool = True) -> int:
     stack.up(settings, log=log)
     pipeline = pipelines.load(settings, PIPELINE)
     seed = secrets.randbits(31)
     ensure_topic(settings.kafka, pipeline.topic, PARTITIONS, log=log)
 
     delivery = Delivery(transactional_id=f"eosflow-demo-{seed}", txn_size=200, abort_ratio=0.2)
+    steps = 6 if round_trip_too else 3
     log(
-        f"1/3 producing {COUNT:,} events to {pipeline.topic}: transactions of {delivery.txn_size}, "
+        f"1/{steps} producing {COUNT:,} events to {pipeline.topic}: transactions of {delivery.txn_size}, "
         f"{delivery.abort_ratio:.0%} aborted on purpose, plus {len(MALFORMED)} malformed records"
     )
     producer = EventProducer(settings.kafka, pipeline.topic, delivery, seed=seed)
@@ -49,22 +57,12 @@ def run(settings: Settings, log=print) -> int:
     manifest.write(settings.state_dir / "manifests" / f"demo-{seed}.json")
     _produce_malformed(settings, pipeline.topic)
 
-    log(f"2/3 running the Airflow DAG {DAG_ID} end to end (airflow dags test: plan, spark-submit, verify)")
-    run_id = _run_dag(settings, log)
-    if run_id is None:
+    log(f"2/{steps} running the Airflow DAG {DAG_ID} end to end (airflow dags test: plan, Spark, verify)")
+    run_id = _run_dag(settings, DAG_ID, log)
+    if run_id is None or not _show_run(settings, PIPELINE, run_id, log):
         return 1
-    batch = f"{PIPELINE}:{run_id}"
-    with psycopg.connect(settings.warehouse_dsn) as conn:
-        found = store.load_plan(conn, batch)
-        counts = store.committed_counts(conn, batch)
-    if found is None:
-        log("the DAG succeeded but no plan of this run is in the warehouse; see the Airflow log")
-        return 1
-    plan, status = found
-    summary = RunSummary(PIPELINE, batch, status, plan, {k: PartitionCounts(*v) for k, v in counts.items()})
-    print("\n" + summary.table() + "\n")
 
-    log("3/3 checking the warehouse against the producer's manifest, then dbt build (invariants I1-I6)")
+    log(f"3/{steps} checking the warehouse against the producer's manifest, then dbt build (I1-I6, marts)")
     committed = [r.event_id for r in manifest.rows if r.status == "committed"]
     aborted = [r.event_id for r in manifest.rows if r.status == "aborted"]
     with psycopg.connect(settings.warehouse_dsn) as conn:
@@ -78,20 +76,58 @@ def run(settings: Settings, log=print) -> int:
     print(
         f"\n  verdict: {'EXACTLY ONCE: every committed event once, no aborted event' if ok else 'MISMATCH'}\n"
     )
-    return 0 if ok else 1
+    if not ok or not round_trip_too:
+        return 0 if ok else 1
+    return _round_trip(settings, log)
 
 
-def _run_dag(settings: Settings, log) -> str | None:
+def _round_trip(settings: Settings, log) -> int:
+    publisher, pipeline = load_publisher(settings, PUBLISHER), pipelines.load(settings, ROUND_TRIP)
+    publish_dag, ingest_dag = f"eosflow_publish_{PUBLISHER}", f"eosflow_ingest_{ROUND_TRIP}"
+    log(
+        f"4/6 publishing {publisher.table} to {publisher.topic} with the DAG {publish_dag} (rows and "
+        "position in one Kafka transaction per batch)"
+    )
+    if _run_dag(settings, publish_dag, log) is None:
+        return 1
+    log(f"5/6 ingesting {publisher.topic} into {pipeline.target_table} with the DAG {ingest_dag}")
+    run_id = _run_dag(settings, ingest_dag, log)
+    if run_id is None or not _show_run(settings, ROUND_TRIP, run_id, log):
+        return 1
+    log(f"6/6 checking the round trip: {publisher.table} -> {publisher.topic} -> {pipeline.target_table}")
+    result = round_trip.check(settings, publisher, pipeline)
+    print("\n" + "\n".join("  " + line for line in result.table().splitlines()))
+    verdict = "ROUND TRIP EXACTLY ONCE: every published row arrived once, as it left"
+    print(f"\n  verdict: {verdict if result.ok else 'ROUND TRIP MISMATCH'}\n")
+    return 0 if result.ok else 1
+
+
+def _show_run(settings: Settings, pipeline: str, run_id: str, log) -> bool:
+    """Print the run's summary from the warehouse, as `eosflow ingest` prints it."""
+    batch = f"{pipeline}:{run_id}"
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        found = store.load_plan(conn, batch)
+        counts = store.committed_counts(conn, batch)
+    if found is None:
+        log("the DAG succeeded but no plan of this run is in the warehouse; see the Airflow log")
+        return False
+    plan, status = found
+    summary = RunSummary(pipeline, batch, status, plan, {k: PartitionCounts(*v) for k, v in counts.items()})
+    print("\n" + summary.table() + "\n")
+    return True
+
+
+def _run_dag(settings: Settings, dag_id: str, log) -> str | None:
     """`airflow dags test` of the ingest DAG; returns the run id if it succeeded.
 
     Its full output (every task log) goes to a file, so the console keeps the summary readable.
     """
     airflow = str(Path(sys.executable).parent / "airflow")
     env = airflow_local.airflow_env(settings)
-    log_path = settings.state_dir / "demo-airflow.log"
+    log_path = settings.state_dir / f"demo-airflow-{dag_id}.log"
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as out:
-        for cmd in ([airflow, "db", "migrate"], [airflow, "dags", "test", DAG_ID]):
+        for cmd in ([airflow, "db", "migrate"], [airflow, "dags", "test", dag_id]):
             done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
             if done.returncode != 0:
                 log(f"`airflow {' '.join(cmd[1:])}` failed (exit {done.returncode}); task logs: {log_path}")
