@@ -1,0 +1,157 @@
+"""Kafka-woken ingest DAGs, end to end: a real `airflow standalone` (scheduler, triggerer), the real broker
+and Postgres. Records produced to a `wake_on_records: true` pipeline's topic wake its ingest DAG through
+an AssetWatcher; nobody triggers it and its interval (a day here) never comes; the records land once.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+from eosflow import airflow_server as standalone
+from eosflow.ingest.kafka_sink import group_id as sink_group_id
+from eosflow.kafka_admin import admin
+from tests.integration.ingest_case import IngestCase
+
+pytestmark = pytest.mark.integration
+
+WAKE_GROUP = "eosflow.wake.{}"
+
+
+@pytest.fixture(scope="module")
+def woken(running_stack, tmp_path_factory):
+    """A server of its own: its only pipeline wakes on records, and its interval is a day."""
+    root = tmp_path_factory.mktemp("airflow-wake")
+    pipeline = IngestCase(running_stack, root / "pipelines.yml", spec={"wake_on_records": True})
+    pipeline.create_topic(2)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("EOSFLOW_INGEST_INTERVAL_MINUTES", str(24 * 60))
+        server = standalone.start(running_stack, root / "state", pipeline.config_path)
+    yield server, pipeline
+    standalone.stop(server)
+
+
+def _runs(server, dag_id: str) -> list[dict]:
+    code, body = server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100", token=server.token())
+    assert code == 200, body
+    return body["dag_runs"]
+
+
+def _settled(server, dag_id: str, timeout: float = 180) -> None:
+    """The DAG is parsed and the scheduler is done with it: no run active, the next interval a day away."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, dag = server.request("GET", f"/api/v2/dags/{dag_id}", token=server.token())
+        if code == 200 and dag.get("next_dagrun_run_after"):
+            next_run = datetime.fromisoformat(dag["next_dagrun_run_after"].replace("Z", "+00:00"))
+            idle = all(r["state"] in ("success", "failed") for r in _runs(server, dag_id))
+            if idle and next_run > datetime.now(UTC) + timedelta(hours=1):
+                return
+        time.sleep(3)
+    raise AssertionError(f"{dag_id} did not settle in {timeout}s:\n{server.log_tail()}")
+
+
+def _woken_run(server, dag_id: str, known: set[str], timeout: float = 240) -> dict:
+    """The first run that is not in `known`, once it has finished."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = [r for r in _runs(server, dag_id) if r["dag_run_id"] not in known]
+        if new and new[0]["state"] in ("success", "failed"):
+            return new[0]
+        time.sleep(3)
+    raise AssertionError(f"no run of {dag_id} in {timeout}s after the records arrived:\n{server.log_tail()}")
+
+
+def _wake_events(server, pipeline: IngestCase) -> int:
+    code, body = server.request(
+        "GET", f"/api/v2/assets/events?name_pattern=wake.{pipeline.name}&limit=1000", token=server.token()
+    )
+    assert code == 200, body
+    return body["total_entries"]
+
+
+def _group_lag(pipeline: IngestCase, group: str) -> dict[int, int]:
+    """Per partition: the topic's end (read_committed) minus what `group` committed."""
+    bootstrap = pipeline.settings.bootstrap_servers
+    asked = [TopicPartition(pipeline.topic, p) for p in range(2)]
+    future = admin(bootstrap).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, asked)])
+    committed = {tp.partition: tp.offset for tp in future[group].result(timeout=30).topic_partitions}
+    ends = Consumer({"bootstrap.servers": bootstrap, "group.id": "eosflow.test.ends"})
+    try:
+        return {
+            p: ends.get_watermark_offsets(TopicPartition(pipeline.topic, p), timeout=10, cached=False)[1]
+            - committed[p]
+            for p in range(2)
+        }
+    finally:
+        ends.close()
+
+
+def _committed_by(pipeline: IngestCase) -> set[str]:
+    """The Airflow runs whose batches committed at least one range of the pipeline."""
+    rows = pipeline.query(
+        "select distinct p.run_id from eosflow.plans p join eosflow.ledger l using (batch_id) "
+        "where p.pipeline = %s",
+        pipeline.name,
+    )
+    return {r[0] for r in rows}
+
+
+def _wait_for_rows(server, pipeline: IngestCase, count: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while len(pipeline.event_ids()) < count:
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(3)
+
+
+def test_records_arriving_wake_the_ingest_dag_and_land_once(woken):
+    server, pipeline = woken
+    dag_id = f"eosflow_ingest_{pipeline.name}"
+    _settled(server, dag_id)
+    before = {r["dag_run_id"] for r in _runs(server, dag_id)}
+
+    manifest = pipeline.produce(400, seed=811, partitions=2)
+    run = _woken_run(server, dag_id, before)
+    assert run["state"] == "success", server.log_tail()
+    assert run["run_type"] == "asset_triggered", run  # neither by hand nor by the (day-long) interval
+    expected = sorted(r.event_id for r in manifest.visible())
+    _wait_for_rows(server, pipeline, len(expected))  # a second wake-up may bring the last few
+    _settled(server, dag_id)
+
+    assert sorted(pipeline.event_ids()) == expected  # every record, once
+    runs = {r["dag_run_id"]: r["run_type"] for r in _runs(server, dag_id)}
+    assert _committed_by(pipeline) and {runs[r] for r in _committed_by(pipeline)} == {"asset_triggered"}
+    assert pipeline.violations() == []
+
+
+def test_a_burst_is_one_wake_up_and_the_wake_group_is_never_the_sink_group(woken):
+    """A burst of transactional records: the wake-up's group skips to the end of the log when it fires,
+    so a backlog is a wake-up or two, not one per record (with runs back to back for hours)."""
+    server, pipeline = woken
+    dag_id = f"eosflow_ingest_{pipeline.name}"
+    _settled(server, dag_id)
+    before, events_before = {r["dag_run_id"] for r in _runs(server, dag_id)}, _wake_events(server, pipeline)
+    committed_before = set(pipeline.event_ids())
+
+    manifest = pipeline.produce(3000, seed=812, partitions=2, transactional_id=f"wake-{pipeline.name}")
+    run = _woken_run(server, dag_id, before)
+    assert run["state"] == "success" and run["run_type"] == "asset_triggered", run
+    _wait_for_rows(server, pipeline, len(committed_before) + len(manifest.visible()))
+    _settled(server, dag_id)
+    time.sleep(15)  # a wake-up per record would keep firing now
+
+    assert _wake_events(server, pipeline) - events_before <= 3
+    assert all(r["state"] in ("success", "failed") for r in _runs(server, dag_id))
+    rows = pipeline.event_ids()
+    assert len(rows) == len(set(rows)) == len(committed_before) + len(manifest.visible())
+    assert pipeline.violations() == []
+
+    assert _group_lag(pipeline, WAKE_GROUP.format(pipeline.name)) == {0: 0, 1: 0}
+    groups = {
+        g.group_id for g in admin(pipeline.settings.bootstrap_servers).list_consumer_groups().result().valid
+    }
+    assert WAKE_GROUP.format(pipeline.name) in groups
+    assert sink_group_id(pipeline.name) not in groups  # the Kafka sink's positions are never touched
