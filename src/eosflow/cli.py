@@ -55,6 +55,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return execute(args, settings_mod.load())
 
 
+def cmd_stream(args: argparse.Namespace) -> int:
+    from eosflow.ingest.stream_cli import execute
+
+    return execute(args)
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     from eosflow.ingest.backfill_cli import execute
 
@@ -259,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="one exactly-once ingestion run of a pipeline (plan, read, commit)")
     add_ingest_arguments(p)
     p.set_defaults(func=cmd_ingest)
+
+    from eosflow.ingest.stream_cli import add_arguments as add_stream_arguments
+
+    p = sub.add_parser(
+        "stream", help="micro-batches through the same ledger in one long-running Spark (SIGTERM stops it)"
+    )
+    add_stream_arguments(p)
+    p.set_defaults(func=cmd_stream)
 
     from eosflow.ingest.backfill_cli import add_arguments as add_backfill_arguments
 

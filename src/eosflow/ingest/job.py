@@ -27,6 +27,7 @@ from eosflow.settings import Settings
 from eosflow.warehouse.migrate import migrate
 
 Log = Callable[[str], None]
+IDLE = "idle"  # nothing to read and nothing to establish: no plan persisted (run(skip_idle=True))
 
 
 def new_run_id() -> str:
@@ -40,15 +41,28 @@ def run(
     max_records: int | None = None,
     acknowledge_data_loss: bool = False,
     log: Log = print,
+    skip_idle: bool = False,
 ) -> RunSummary:
-    """A scheduled (or manual) run: plan every partition from the stored positions, then commit."""
+    """A scheduled (or manual) run: plan every partition from the stored positions, then commit.
+
+    skip_idle: when no partition has anything to read or establish, persist no plan and return the
+    outcome IDLE (the stream's micro-batches, which would otherwise leave a plan per trigger)."""
     pipeline = pipelines.load(settings, pipeline_name)
     run_id = run_id or new_run_id()
     batch_id = batch_id_for(pipeline.name, run_id)
 
-    def make_plan(conn, version: int) -> tuple[Plan, str | None]:
+    def make_plan(conn, version: int) -> tuple[Plan | None, str | None]:
         return _plan(
-            conn, settings, pipeline, run_id, batch_id, max_records, acknowledge_data_loss, version, log
+            conn,
+            settings,
+            pipeline,
+            run_id,
+            batch_id,
+            max_records,
+            acknowledge_data_loss,
+            version,
+            log,
+            skip_idle,
         )
 
     return _execute(settings, pipeline, batch_id, make_plan, log)
@@ -102,7 +116,7 @@ def _execute(
     settings: Settings,
     pipeline: pipelines.Pipeline,
     batch_id: str,
-    make_plan: Callable[[psycopg.Connection, int], tuple[Plan, str | None]],
+    make_plan: Callable[[psycopg.Connection, int], tuple[Plan | None, str | None]],
     log: Log,
 ) -> RunSummary:
     """Steps 2 to 5 of the contract, the same for every kind of plan."""
@@ -119,6 +133,9 @@ def _execute(
         store.sweep_staging(conn, log)
         with timer("plan"):
             plan, status = make_plan(conn, version)
+        if plan is None:
+            summary.outcome = IDLE
+            return summary
         summary.plan, summary.reused_plan = plan, status is not None
         if status is not None:
             log(
@@ -251,7 +268,8 @@ def _plan(
     acknowledge_data_loss: bool,
     declaration_version: int,
     log: Log,
-) -> tuple[Plan, str | None]:
+    skip_idle: bool = False,
+) -> tuple[Plan | None, str | None]:
     existing = store.load_plan(conn, batch_id)
     if existing is not None:
         return existing
@@ -274,6 +292,8 @@ def _plan(
             current_id,
             store.stored_topic_ids(conn, pipeline.name, topic),
         )
+    if skip_idle and not any(p.range.span or p.first_seen or p.lost for p in parts):
+        return None, None
     saved = store.save_plan(
         conn, Plan(batch_id, pipeline.name, run_id, tuple(parts), declaration_version=declaration_version)
     )

@@ -38,6 +38,9 @@ def get_spark(settings: Settings, app_name: str, class_archive: str | None = Non
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    active = SparkSession.getActiveSession()
+    if active is not None:  # a stream's micro-batches, or several runs in one process: one JVM for all
+        return active
     builder = SparkSession.builder.appName(app_name)
     submitted = SparkConf()  # under spark-submit this already holds --master, --jars, ...
     if not submitted.contains("spark.master"):
