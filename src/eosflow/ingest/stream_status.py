@@ -60,7 +60,8 @@ class StreamStatus:
         lag = self.batches[-1].lag if self.batches else {}
         p = self.latency()
         latency = f"p50 {p[0]:.2f}s p95 {p[1]:.2f}s p99 {p[2]:.2f}s" if p else "no records"
-        lags = ", ".join(f"{k} {v:,}" for k, v in sorted(lag.items())) or "-"
+        caught_up = "0 (caught up)" if self.batches and self.batches[-1].outcome == "idle" else "-"
+        lags = ", ".join(f"{k} {v:,}" for k, v in sorted(lag.items())) or caught_up
         return (
             f"batches {self.total_batches:,} (fenced {self.fenced}, idle {self.idle}); "
             f"last {len(self.batches)}: {records:,} records, {rate:,.0f} records/s; "

@@ -1,0 +1,117 @@
+"""`eosflow stream` on the real stack: micro-batches through the same ledger as batch runs, a batch run
+racing it (the later commit is fenced and the stream re-plans), SIGTERM in the middle of a batch (that
+batch commits whole, exit 0), and kill -9 at every step boundary (a restart resumes from the ledger)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.ingest_case import IngestCase
+
+pytestmark = pytest.mark.integration
+
+
+class Stream:
+    """`eosflow stream` in a process of its own, its stderr in a file (read while it runs)."""
+
+    def __init__(self, case: IngestCase, log: Path, *args: str, **env: str) -> None:
+        self.log = log
+        cmd = [sys.executable, "-m", "eosflow.cli", "stream", "--pipeline", case.name, "--trigger", "300ms"]
+        self.proc = subprocess.Popen(
+            [*cmd, "--every-batch", *args],
+            env=case.env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, what, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not what():
+            assert self.proc.poll() is None, (
+                f"the stream exited ({self.proc.returncode}):\n{self.output()[-3000:]}"
+            )
+            assert time.monotonic() < deadline, f"timed out; the stream's log:\n{self.output()[-3000:]}"
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 120.0) -> int:
+        self.wait_for(lambda: "streaming pipeline" in self.output())  # its signal handlers are in place
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def committed(case: IngestCase) -> int:
+    return case.query(f"select count(*) from {case.table}")[0][0]
+
+
+def assert_exactly_once(case: IngestCase, manifest_ids: list[str]) -> None:
+    ids = case.event_ids()
+    assert len(ids) == len(set(ids)), "an event was committed twice"
+    assert sorted(ids) == sorted(manifest_ids)
+    assert case.violations() == []
+
+
+def test_a_stream_commits_each_record_once_and_re_plans_when_a_batch_run_commits_first(case, tmp_path):
+    first = case.produce(600, seed=81, partitions=3)
+    fault = tmp_path / "fault"
+    fault.mkdir()
+    # The stream stops in its first batch with records, staged and not committed...
+    stream = Stream(
+        case, tmp_path / "stream.log", EOSFLOW_PAUSE_AT="after_stage", EOSFLOW_FAULT_DIR=str(fault)
+    )
+    stream.wait_for(lambda: (fault / "after_stage.paused").exists())
+    # ...while a scheduled batch run commits the same offsets first.
+    batch = case.ingest_process()
+    assert batch.returncode == 0, batch.stderr[-2000:]
+    assert committed(case) == 600
+    (fault / "after_stage.resume").touch()
+    stream.wait_for(lambda: "fenced, re-planning" in stream.output())
+
+    second = case.produce(400, seed=82, partitions=3)
+    stream.wait_for(lambda: committed(case) == 1000)
+    assert stream.stop() == 0
+    out = stream.output()
+    assert "SIGTERM: finishing the batch in flight" in out and "stopped after" in out
+    assert_exactly_once(case, [r.event_id for r in first.rows + second.rows])
+    # Every micro-batch is an ordinary batch of its own in the ledger; idle triggers left no plan.
+    plans = case.query("select status, count(*) from eosflow.plans where pipeline = %s group by 1", case.name)
+    planned = dict(plans)
+    assert planned["committed"] >= 2 and planned.get("planned") == 1  # the fenced batch, abandoned
+
+
+def test_sigterm_in_the_middle_of_a_batch_lets_it_commit_whole_then_exits_0(case, tmp_path):
+    manifest = case.produce(300, seed=83, partitions=2)
+    fault = tmp_path / "fault"
+    fault.mkdir()
+    stream = Stream(
+        case, tmp_path / "stream.log", EOSFLOW_PAUSE_AT="after_stage", EOSFLOW_FAULT_DIR=str(fault)
+    )
+    stream.wait_for(lambda: (fault / "after_stage.paused").exists())
+    stream.proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert stream.proc.poll() is None  # still standing in the batch, not dead
+    (fault / "after_stage.resume").touch()
+    assert stream.proc.wait(120) == 0, stream.output()[-3000:]
+    assert committed(case) == 300  # the batch in flight committed whole before the exit
+    assert_exactly_once(case, [r.event_id for r in manifest.rows])
+
+
+@pytest.mark.parametrize("point", ["after_plan", "after_stage", "in_commit", "after_commit"])
+def test_a_stream_killed_at_a_step_boundary_restarts_from_the_ledger(case, tmp_path, point):
+    ids = []
+    for round_, seed in enumerate((84, 85)):
+        ids += [r.event_id for r in case.produce(200, seed=seed + 10 * round_, partitions=2).rows]
+        crashed = Stream(case, tmp_path / f"crash{round_}.log", EOSFLOW_CRASH_AT=point)
+        assert crashed.proc.wait(180) == -signal.SIGKILL, crashed.output()[-3000:]
+    restarted = Stream(case, tmp_path / "restart.log")
+    restarted.wait_for(lambda: committed(case) == 400)
+    assert restarted.stop() == 0
+    assert_exactly_once(case, ids)
