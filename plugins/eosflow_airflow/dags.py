@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import DAG, Asset, Param, dag
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
 
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
@@ -20,6 +20,7 @@ from eosflow_airflow.tasks import (
     validate_backfill,
     verify,
 )
+from eosflow_airflow.wake import wake_group_id, wake_trigger
 
 DEFAULT_ARGS = {"owner": "eosflow", "retries": 2, "retry_delay": timedelta(seconds=20)}
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -34,6 +35,26 @@ def target_asset(pipeline: Pipeline) -> Asset:
     return Asset(name=f"warehouse.{pipeline.target_table}", uri=f"postgres://warehouse/{schema}/{table}")
 
 
+def wake_asset(pipeline: Pipeline) -> Asset:
+    """Records arrived in the pipeline's topics: watched in the triggerer (eosflow_airflow.wake).
+
+    An asset of the pipeline's own, not its topics': two pipelines reading one topic each wake on it.
+    """
+    return Asset(
+        name=f"wake.{pipeline.name}",
+        uri=f"x-eosflow://wake/{pipeline.name}",
+        watchers=[AssetWatcher(name=wake_group_id(pipeline.name), trigger=wake_trigger(pipeline))],
+    )
+
+
+def ingest_schedule(pipeline: Pipeline, interval: timedelta):
+    """Every interval; with wake_on_records also when records arrive. The interval stays, so a pipeline
+    never waits on a triggerer that is down or a wake-up that was lost."""
+    if not pipeline.wake_on_records:
+        return interval
+    return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[wake_asset(pipeline)])
+
+
 def _output(pipeline: Pipeline) -> str:
     sink = pipeline.kafka_sink
     return f"`{pipeline.target_table}`" if sink is None else f"Kafka topic `{sink.output_topic}`"
@@ -45,10 +66,12 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
     @dag(
         dag_id=ingest_dag_id(pipeline.name),
         description=f"{', '.join(pipeline.topics)} -> {_output(pipeline)}, exactly once",
-        schedule=interval,
+        schedule=ingest_schedule(pipeline, interval),
         start_date=START,
         catchup=False,
-        max_active_runs=1,  # runs of one pipeline never overlap; fencing guards the rest
+        # Runs of one pipeline never overlap; fencing guards the rest. Wake-ups during a run coalesce
+        # into one run after it.
+        max_active_runs=1,
         default_args=DEFAULT_ARGS,
         tags=["eosflow", "ingest", f"pipeline:{pipeline.name}"],
         params={
@@ -63,7 +86,13 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
         doc_md=f"Ingests `{', '.join(pipeline.topics)}` into {_output(pipeline)}: plan (persisted, "
         "reused by retries), the Spark job (read_committed; one commit transaction in Postgres, or one Kafka "
         "transaction per partition for a Kafka sink), then the checks (dbt, or Kafka read back). "
-        "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`.",
+        "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`."
+        + (
+            f" Runs every {interval} and also when records arrive (`wake_on_records`; the wake-up is only a "
+            "signal, the plan still comes from the ledger)."
+            if pipeline.wake_on_records
+            else ""
+        ),
     )
     def ingest():
         (
