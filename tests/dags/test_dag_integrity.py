@@ -80,3 +80,82 @@ def test_compaction_runs_hourly_and_never_twice_at_once(dagbag):
     assert dag.max_active_runs == 1
     assert dag.timetable.delta == timedelta(hours=1)
     assert [t.task_id for t in dag.tasks] == ["compact"]
+
+
+# -- Kafka-woken ingest DAGs (wake_on_records) ----------------------------------------------------------
+@pytest.fixture
+def woken_orders(tmp_path, monkeypatch):
+    """The project's pipelines file with orders opted in to wake_on_records, parsed with no I/O allowed."""
+    import psycopg
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body["pipelines"]["orders"]["wake_on_records"] = True
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body))
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"I/O at DAG import: {args[:2]}")
+
+    with monkeypatch.context() as io:
+        io.setattr(socket.socket, "connect", refuse)
+        io.setattr(socket, "create_connection", refuse)
+        io.setattr(psycopg, "connect", refuse)
+        bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag
+
+
+def _interval() -> object:
+    import os
+    from datetime import timedelta
+
+    return timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
+
+
+def test_waking_is_opt_in_the_project_s_ingest_dags_run_on_their_interval(dagbag):
+    from airflow.sdk import AssetOrTimeSchedule
+
+    for dag_id in (d for d in dagbag.dag_ids if d.startswith("eosflow_ingest_")):
+        timetable = dagbag.dags[dag_id].timetable
+        assert not isinstance(timetable, AssetOrTimeSchedule), dag_id
+        assert timetable.delta == _interval()
+
+
+def test_a_woken_ingest_dag_runs_on_its_interval_or_when_records_arrive(woken_orders):
+    from airflow.providers.common.compat.module_loading import import_string
+    from airflow.sdk import AssetOrTimeSchedule
+
+    from eosflow_airflow.wake import PipelineWakeTrigger, records_arrived
+
+    dag = woken_orders.dags["eosflow_ingest_orders"]
+    assert isinstance(dag.timetable, AssetOrTimeSchedule)
+    assert dag.timetable.timetable.delta == _interval()  # a lost wake-up still waits one interval at most
+    assert dag.max_active_runs == 1  # wake-ups during a run coalesce into one run after it
+    [asset] = dag.timetable.asset_condition.objects
+    assert asset.name == "wake.orders"
+    [watcher] = asset.watchers
+    trigger = watcher.trigger
+    assert isinstance(trigger, PipelineWakeTrigger)
+    assert (trigger.topics, trigger.group_id, trigger.kafka_config_id) == (
+        ["orders"],
+        "eosflow.wake.orders",  # its own group, never the Kafka sink's eosflow.orders
+        "kafka_default",
+    )
+    assert import_string(trigger.apply_function) is records_arrived
+    # The other pipelines are not woken.
+    others = [d for d in woken_orders.dag_ids if d.startswith("eosflow_ingest_") and d != dag.dag_id]
+    assert all(not isinstance(woken_orders.dags[d].timetable, AssetOrTimeSchedule) for d in others)
+
+
+def test_a_woken_ingest_dag_serializes_for_the_scheduler_and_the_triggerer(woken_orders):
+    import json
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    stored = DagSerialization.to_dict(woken_orders.dags["eosflow_ingest_orders"])
+    assert "eosflow_airflow.wake.PipelineWakeTrigger" in json.dumps(stored)
+    again = DagSerialization.from_dict(stored)
+    assert type(again.timetable).__name__ == "AssetOrTimeSchedule"
