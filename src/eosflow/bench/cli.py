@@ -37,6 +37,7 @@ SMOKE_PARTITIONS = 2
 SCALING_PARTITIONS = "1,4,8"
 SCALING_RECORDS = "1000000,4000000"
 SEED = 7
+STREAM_RATE, STREAM_SECONDS = 5_000, 600
 
 
 def log(msg: str) -> None:
@@ -101,6 +102,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="Kafka to Kafka instead: a sink: kafka pipeline against ConsumerPerformance and "
         "ProducerPerformance on the same records; writes kafka_sink.md",
     )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="eosflow stream under a steady load: latency p50/p95/p99 (Kafka timestamp to commit), "
+        "per-batch fixed cost and memory over the run; writes stream.md",
+    )
+    p.add_argument(
+        "--rate",
+        type=_positive,
+        default=STREAM_RATE,
+        help=f"with --stream: events/s (default {STREAM_RATE:,})",
+    )
+    p.add_argument(
+        "--seconds",
+        type=_positive,
+        default=STREAM_SECONDS,
+        help=f"with --stream: how long to produce (default {STREAM_SECONDS} s)",
+    )
+    p.add_argument("--trigger", default="1s", help="with --stream: the stream's --trigger (default 1s)")
     p.add_argument("--seed", type=int, default=SEED, help=f"seed of the event stream (default: {SEED})")
     p.add_argument(
         "--keep",
@@ -151,6 +171,8 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
     try:
         if args.kafka_sink:
             return _kafka_sink(args, run, records, partitions)
+        if args.stream:
+            return _stream(args, run, partitions)
         return _scaling(args, run) if args.scaling else _single(args, run, records, partitions)
     except (LoadError, StackError, psycopg.Error) as exc:
         log(f"error: {exc} (logs in {work_dir / 'logs'})")
@@ -207,6 +229,30 @@ def _kafka_sink(args: argparse.Namespace, run: _Run, records: int, partitions: i
     print(path.read_text())
     log(f"wrote {path} in {time.monotonic() - t0:.0f} s")
     return 0
+
+
+def _stream(args: argparse.Namespace, run: _Run, partitions: int) -> int:
+    from eosflow.bench import stream_latency
+
+    t0 = time.monotonic()
+    result = stream_latency.run(
+        run.settings, run.run_id, args.rate, args.seconds, partitions, args.trigger, run.work_dir, log
+    )
+    info = run.info([])
+    header = (
+        f"# eosflow bench: stream latency\n\nRun `{info.run_id}`, {info.started}. Machine: "
+        f"{info.machine.describe()}. Load average before {info.load_before[0]:.2f}, after "
+        f"{info.load_after[0]:.2f}."
+    )
+    path = run.out_dir / "stream.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.markdown(header))
+    print(path.read_text())
+    log(f"wrote {path} in {time.monotonic() - t0:.0f} s")
+    ok = result.exactly_once and result.stream_exit == 0
+    if not ok:
+        log("PROBLEM: the stream did not commit every event exactly once, or did not exit 0 on SIGTERM")
+    return 0 if ok else 1
 
 
 def _scaling(args: argparse.Namespace, run: _Run) -> int:

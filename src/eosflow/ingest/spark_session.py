@@ -34,7 +34,13 @@ def launch_conf(
     return conf
 
 
-def get_spark(settings: Settings, app_name: str, class_archive: str | None = None, jit: str = JVM_OPTIONS):
+def get_spark(
+    settings: Settings,
+    app_name: str,
+    class_archive: str | None = None,
+    jit: str = JVM_OPTIONS,
+    extra: dict[str, str] | None = None,
+):
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -50,6 +56,9 @@ def get_spark(settings: Settings, app_name: str, class_archive: str | None = Non
         # python3 on PATH. An in-process SparkContext takes its workers' Python from the environment.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in launch_conf(settings, class_archive, jit).items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    for key, value in (extra or {}).items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
     if not submitted.contains("spark.jars"):
