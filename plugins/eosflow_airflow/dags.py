@@ -17,6 +17,7 @@ from eosflow_airflow.tasks import (
     plan,
     publish_dag_id,
     publish_rows,
+    stream_health,
     validate_backfill,
     verify,
 )
@@ -49,7 +50,10 @@ def wake_asset(pipeline: Pipeline) -> Asset:
 
 def ingest_schedule(pipeline: Pipeline, interval: timedelta):
     """Every interval; with wake_on_records also when records arrive. The interval stays, so a pipeline
-    never waits on a triggerer that is down or a wake-up that was lost."""
+    never waits on a triggerer that is down or a wake-up that was lost. A stream pipeline's DAG runs only
+    when triggered: `eosflow stream` ingests it, and a run beside it would only fence or be fenced."""
+    if pipeline.mode == "stream":
+        return None
     if not pipeline.wake_on_records:
         return interval
     return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[wake_asset(pipeline)])
@@ -200,3 +204,31 @@ def build_publish_dag(publisher: Publisher) -> DAG:
         publish_rows(publisher.name)
 
     return publish_dag()
+
+
+def build_stream_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:
+    """Every few minutes, whether each stream pipeline's stream keeps up (none declared: no DAG)."""
+    streams = sorted(name for name, p in pipelines.items() if p.mode == "stream")
+    if not streams:
+        return None
+    stale_after = float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
+
+    @dag(
+        dag_id="eosflow_stream_health",
+        description="Records wait and a stream has not committed lately: fail with the reason",
+        schedule=timedelta(minutes=5),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,  # a retry rides out a Kafka or Postgres hiccup; STALE never retries
+        tags=["eosflow", "stream", "health"],
+        doc_md=f"The stream pipelines ({', '.join(streams)}) run as services (`eosflow stream`), not in "
+        "Airflow: a task that never ends would hold a worker slot, and a scheduler or worker restart would "
+        "kill it. This DAG looks at what they leave in the ledger: it fails when a pipeline's records wait "
+        f"in Kafka and its stream has not committed for {stale_after:g} minutes "
+        "(EOSFLOW_STREAM_STALE_MINUTES).",
+    )
+    def health():
+        stream_health(streams, stale_after)
+
+    return health()

@@ -202,3 +202,18 @@ def publish_rows(publisher_name: str) -> dict:
         raise AirflowFailException(str(exc)) from None  # a retry cannot help: fix, or let the newer one run
     log.info("%s", summary.line())
     return {"rows": summary.rows, "transactions": summary.transactions}
+
+
+@task(task_id="stream_health")
+def stream_health(pipeline_names: list[str], stale_after_minutes: float) -> dict:
+    """Fails, with one line per pipeline, when records wait and a stream has not committed lately."""
+    from eosflow.ingest.stream_health import check
+
+    settings = EosflowHook().settings()
+    found = [check(settings, name, stale_after_minutes * 60) for name in pipeline_names]
+    for health in found:
+        log.info("%s", health.line())
+    stale = [h.line() for h in found if not h.ok]
+    if stale:
+        raise AirflowFailException("; ".join(stale))  # the next run looks again: no retry
+    return {h.pipeline: {"lag": h.lag, "last_commit_age_s": h.last_commit_age_s} for h in found}

@@ -159,3 +159,42 @@ def test_a_woken_ingest_dag_serializes_for_the_scheduler_and_the_triggerer(woken
     assert "eosflow_airflow.wake.PipelineWakeTrigger" in json.dumps(stored)
     again = DagSerialization.from_dict(stored)
     assert type(again.timetable).__name__ == "AssetOrTimeSchedule"
+
+
+# -- Stream pipelines (mode: stream) ---------------------------------------------------------------------
+@pytest.fixture
+def streamed_orders(tmp_path, monkeypatch):
+    """The project's pipelines file with orders declared mode: stream, parsed with no I/O allowed."""
+    import psycopg
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body["pipelines"]["orders"]["mode"] = "stream"
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body))
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"I/O at DAG import: {args[:2]}")
+
+    with monkeypatch.context() as io:
+        io.setattr(socket.socket, "connect", refuse)
+        io.setattr(socket, "create_connection", refuse)
+        io.setattr(psycopg, "connect", refuse)
+        bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag
+
+
+def test_no_stream_pipeline_no_health_dag(dagbag):
+    assert "eosflow_stream_health" not in dagbag.dag_ids  # the project's pipelines are all batch
+
+
+def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_checks_it(streamed_orders):
+    assert type(streamed_orders.dags["eosflow_ingest_orders"].timetable).__name__ == "NullTimetable"
+    assert streamed_orders.dags["eosflow_ingest_orders_roundtrip"].timetable.delta == _interval()
+    health = streamed_orders.dags["eosflow_stream_health"]
+    (task,) = health.tasks
+    assert task.task_id == "stream_health" and task.retries >= 2
+    assert list(task.op_args) == [["orders"], 5.0]  # only the stream pipelines; EOSFLOW_STREAM_STALE_MINUTES

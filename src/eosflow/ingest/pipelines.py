@@ -82,6 +82,9 @@ class Pipeline:
     # Records arriving in the topics also wake the ingest DAG (an Airflow AssetWatcher); only a wake-up:
     # positions still come from the ledger. Opt-in: each wake-up costs a run (a Spark start).
     wake_on_records: bool = False
+    # batch: the ingest DAG runs on its interval. stream: `eosflow stream` runs it (a service); the ingest
+    # DAG runs only when triggered, and eosflow_stream_health checks the stream keeps up.
+    mode: str = "batch"
 
     @property
     def topic(self) -> str:
@@ -90,6 +93,9 @@ class Pipeline:
     @property
     def sink(self) -> str:
         return "warehouse" if self.kafka_sink is None else "kafka"
+
+
+MODES = ("batch", "stream")
 
 
 def pipelines_file(settings: Settings) -> Path:
@@ -193,6 +199,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "output_key",
         "transaction_timeout_ms",
         "wake_on_records",
+        "mode",
     }
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -249,6 +256,18 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
             "ingest DAG when records arrive in its topics, false (the default) runs it on its interval only"
         )
 
+    mode = spec.get("mode", "batch")
+    if mode not in MODES:
+        raise PipelineConfigError(
+            f"{where}: mode {mode!r} must be one of {list(MODES)}: batch (the ingest DAG on its interval) or "
+            "stream (`eosflow stream` as a service; the DAG runs when triggered)"
+        )
+    if mode == "stream" and wake:
+        raise PipelineConfigError(
+            f"{where}: wake_on_records wakes a batch pipeline's DAG; a stream already reads records as they "
+            "arrive: leave wake_on_records out, or make the pipeline mode: batch"
+        )
+
     def positive(key: str, default: int) -> int:
         value = spec.get(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -267,6 +286,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         delivery=delivery,
         kafka_sink=kafka_sink,
         wake_on_records=wake,
+        mode=mode,
     )
 
 

@@ -28,14 +28,13 @@ from eosflow.ingest import commit, job, pipelines
 from eosflow.ingest.ranges import Plan
 from eosflow.ingest.stream_status import BatchFigures, StreamStatus
 from eosflow.ingest.summary import RunSummary
-from eosflow.kafka_client import KafkaUnavailableError
 from eosflow.settings import Settings
 
 Log = Callable[[str], None]
-# Worth waiting out: the broker or Postgres restarting. Anything else stops the stream with the batch
-# CLI's exit code (a declaration error, an unacknowledged data loss): a human decides.
-TRANSIENT = (KafkaUnavailableError, psycopg.OperationalError)
 MAX_BACKOFF_S = 30.0
+# A failed batch commits nothing, so the stream may try again: the broker or Postgres restarting, a Spark
+# task lost. After this many failures in a row it stops (exit 1) and its supervisor decides.
+MAX_FAILURES_IN_A_ROW = 5
 STREAM_SPARK_CONF = {
     "spark.ui.retainedJobs": "50",
     "spark.ui.retainedStages": "50",
@@ -81,7 +80,7 @@ def stream(
         f"every {options.trigger_s:g}s, run ids {prefix}_<n>; stop with SIGTERM or Ctrl-C"
     )
     started = last_end = time.monotonic()
-    backoff, n = 1.0, 0
+    backoff, n, failures = 1.0, 0, 0
     try:
         while not stop.is_set():
             n += 1
@@ -98,12 +97,18 @@ def stream(
             except commit.FencedError as exc:
                 log(f"batch {n} fenced, re-planning from the positions the other run left: {exc}")
                 summary = RunSummary(pipeline.name, f"{prefix}_{n:06d}", outcome="fenced")
-            except TRANSIENT as exc:
-                log(f"batch {n} failed, nothing of it committed; retrying in {backoff:.0f}s: {exc}")
+            except Exception as exc:
+                if _needs_a_person(exc) or failures + 1 >= MAX_FAILURES_IN_A_ROW:
+                    raise
+                failures += 1
+                log(
+                    f"batch {n} failed ({failures} in a row), nothing of it committed; retrying in "
+                    f"{backoff:.0f}s: {type(exc).__name__}: {_first_line(exc)}"
+                )
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            backoff = 1.0
+            backoff, failures = 1.0, 0
             done = time.monotonic()
             figures = BatchFigures(
                 summary.batch_id,
@@ -129,6 +134,18 @@ def stream(
         spark.stop()
     log(f"stopped after {time.monotonic() - started:.0f}s: {status.line()}")
     return status
+
+
+def _needs_a_person(exc: Exception) -> bool:
+    """A refusal no retry can change (a declaration error, a data loss to acknowledge, a re-created
+    topic, counts that do not add up): the exit codes 2, 4 and 5 of `eosflow ingest`."""
+    from eosflow.ingest.cli import EXIT
+
+    return any(isinstance(exc, kind) and code in (2, 4, 5) for kind, code in EXIT.items())
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def _warm_up(spark) -> None:
