@@ -139,3 +139,17 @@ def test_the_exactly_once_publisher_loses_and_duplicates_nothing_and_at_least_on
     assert "exit 3 (fenced)" in zombie["fault_detail"], zombie
     alo = _pick(lab_trials, "publisher kill -9 publish_in_transaction", "publish_at_least_once")
     assert alo["duplicated"] > 0 and alo["lost"] == 0, alo
+
+
+@pytest.mark.timeout(3600)
+def test_the_stream_loses_and_duplicates_nothing_when_killed_in_its_commit_or_raced_by_a_replay(lab_trials):
+    streamed = [r for r in lab_trials if r["mode"] == "stream_exactly_once"]
+    assert {r["scenario"] for r in streamed} == {"stream kill -9 in_commit", "stream + replay race"}
+    for r in streamed:
+        assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
+        assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
+        assert r["fault_detail"].endswith("exit 0"), r  # SIGTERM once drained: a clean stop
+    race = _pick(lab_trials, "stream + replay race", "stream_exactly_once")
+    assert (
+        "replay of" in race["fault_detail"] and "exit 0 while the stream stood staged" in race["fault_detail"]
+    )

@@ -30,7 +30,7 @@ def test_tally_of_a_perfect_table():
 
 def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_they_differ():
     todo = {s.key: [m for m, _ in cells] for s, cells in runner.plan(None, None, 1, small=True)}
-    eo = ("exactly_once", "kafka_exactly_once", "publish_exactly_once")
+    eo = ("exactly_once", "kafka_exactly_once", "publish_exactly_once", "stream_exactly_once")
     assert all(any(m in modes for m in eo) for modes in todo.values())
     assert sorted(todo["kill-in-commit"]) == [
         "at_least_once",
@@ -44,6 +44,8 @@ def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_th
     assert todo["kill-in-kafka-transaction"] == ["kafka_exactly_once", "kafka_at_least_once"]
     assert "kafka_exactly_once" in todo["zombie"]
     assert todo["publish-kill-in-transaction"] == ["publish_exactly_once", "publish_at_least_once"]
+    assert todo["stream-kill-in-commit"] == todo["stream-replay-race"] == ["stream_exactly_once"]
+    assert "stream-broker-restart" not in todo  # the suite's stream tests and the full lab have them
 
 
 def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_repeat():
@@ -51,6 +53,16 @@ def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_r
     assert len(todo["kill-after-plan"]) == 5 * 2  # three warehouse modes, two Kafka-sink modes
     assert {m for m, _ in todo["kill-after-stage"]} == {"exactly_once", "at_least_once", "at_most_once"}
     assert todo["producer-retries"] == [("exactly_once", 1), ("exactly_once", 2)]
+    stream = [k for k in todo if k.startswith("stream-")]
+    assert sorted(stream) == [
+        "stream-broker-restart",
+        "stream-kill-after-commit",
+        "stream-kill-after-plan",
+        "stream-kill-after-stage",
+        "stream-kill-in-commit",
+        "stream-postgres-restart",
+        "stream-replay-race",
+    ]
     only = runner.plan(["zombie"], ["at_most_once"], 1, small=False)
     assert [(s.key, cells) for s, cells in only] == [("zombie", [("at_most_once", 1)])]
 

@@ -10,15 +10,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from eosflow.ingest.pipelines import DELIVERY_MODES
-from eosflow.lab import consumer_faults, publisher_faults
+from eosflow.lab import consumer_faults, publisher_faults, stream_faults
 from eosflow.lab.outcome import Trial
-from eosflow.lab.world import KAFKA_MODES, PUBLISH_MODES, Lab
+from eosflow.lab.world import KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
 Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]
 EO = ("exactly_once",)
 KAFKA = tuple(KAFKA_MODES)  # a Kafka sink, exactly_once and its at_least_once comparison
 PUBLISH = tuple(PUBLISH_MODES)  # eosflow publish, exactly_once and its at_least_once comparison
+STREAM = tuple(STREAM_MODES)  # eosflow stream
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,20 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("publish-zombie", _publish(publisher_faults.zombie), PUBLISH, ("publish_exactly_once",)),
     Scenario("publish-broker-restart", _publish(publisher_faults.broker_restart), PUBLISH, ()),
     Scenario("publish-postgres-restart", _publish(publisher_faults.postgres_restart), PUBLISH, ()),
+    # `eosflow stream`: kill -9 at each step boundary (restarted as its supervisor would), a replay
+    # racing it, its broker and its Postgres restarting under it.
+    *(
+        Scenario(
+            f"stream-kill-{point.replace('_', '-')}",
+            lambda lab, cells, point=point: [stream_faults.kill(lab, point, m, t) for m, t in cells],
+            STREAM,
+            STREAM if point == "in_commit" else (),
+        )
+        for point in ("after_plan", "after_stage", "in_commit", "after_commit")
+    ),
+    Scenario("stream-replay-race", _each(stream_faults.replay_race), STREAM, STREAM),
+    Scenario("stream-broker-restart", _each(stream_faults.broker_restart), STREAM, ()),
+    Scenario("stream-postgres-restart", _each(stream_faults.postgres_restart), STREAM, ()),
     # The producer's faults: the consumer is exactly_once, so whatever is lost or duplicated
     # happened between the producer and the broker.
     Scenario("producer-retries", _proxy, modes=EO),

@@ -45,7 +45,9 @@ CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
 KAFKA_MODES = {"kafka_exactly_once": "exactly_once", "kafka_at_least_once": "at_least_once"}
 # `eosflow publish`: an outbox into Kafka, exactly once or (for comparison) at least once.
 PUBLISH_MODES = {"publish_exactly_once": "exactly_once", "publish_at_least_once": "at_least_once"}
-LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *PUBLISH_MODES)
+# `eosflow stream`: micro-batches into the warehouse, exactly once (its comparison is the batch modes').
+STREAM_MODES = {"stream_exactly_once": "exactly_once"}
+LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *PUBLISH_MODES, *STREAM_MODES)
 MODE_TAGS = {
     "exactly_once": "eo",
     "at_least_once": "alo",
@@ -54,6 +56,7 @@ MODE_TAGS = {
     "kafka_at_least_once": "kalo",
     "publish_exactly_once": "peo",
     "publish_at_least_once": "palo",
+    "stream_exactly_once": "seo",
 }
 
 
@@ -122,7 +125,7 @@ class Lab:
         sink = (
             {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
             if p.kafka_sink
-            else {"target_table": p.table, "delivery": mode}
+            else {"target_table": p.table, "delivery": STREAM_MODES.get(mode, mode)}
         )
         self._declared[name] = {
             "topics": [p.topic],
