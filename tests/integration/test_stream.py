@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from eosflow.ingest.stream_health import check
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration
@@ -61,6 +62,8 @@ def assert_exactly_once(case: IngestCase, manifest_ids: list[str]) -> None:
 
 def test_a_stream_commits_each_record_once_and_re_plans_when_a_batch_run_commits_first(case, tmp_path):
     first = case.produce(600, seed=81, partitions=3)
+    before = check(case.settings, case.name, stale_after_s=3600)
+    assert (before.lag, before.last_commit_age_s, before.ok) == (600, None, False)  # waiting, no stream
     fault = tmp_path / "fault"
     fault.mkdir()
     # The stream stops in its first batch with records, staged and not committed...
@@ -85,6 +88,14 @@ def test_a_stream_commits_each_record_once_and_re_plans_when_a_batch_run_commits
     plans = case.query("select status, count(*) from eosflow.plans where pipeline = %s group by 1", case.name)
     planned = dict(plans)
     assert planned["committed"] >= 2 and planned.get("planned") == 1  # the fenced batch, abandoned
+
+    # What the health-check DAG sees: caught up; then records waiting with the stream stopped.
+    after = check(case.settings, case.name, stale_after_s=3600)
+    assert after.ok and after.lag == 0 and after.last_commit_age_s < 300
+    case.produce(50, seed=86, partitions=3)
+    assert check(case.settings, case.name, stale_after_s=3600).ok  # committed within the hour
+    stale = check(case.settings, case.name, stale_after_s=0)
+    assert not stale.ok and stale.lag == 50 and "STALE: 50 records wait" in stale.line()
 
 
 def test_sigterm_in_the_middle_of_a_batch_lets_it_commit_whole_then_exits_0(case, tmp_path):
@@ -115,3 +126,27 @@ def test_a_stream_killed_at_a_step_boundary_restarts_from_the_ledger(case, tmp_p
     restarted.wait_for(lambda: committed(case) == 400)
     assert restarted.stop() == 0
     assert_exactly_once(case, ids)
+
+
+def test_a_stream_into_a_kafka_sink_produces_each_record_once(case, tmp_path):
+    from eosflow.verify import verify_pipeline
+    from tests.kafka_reader import read_all
+
+    case.as_kafka_sink()
+    first = case.produce(300, seed=87, partitions=2)
+    stream = Stream(case, tmp_path / "stream.log")
+    stream.wait_for(
+        lambda: "batch 1: committed" in stream.output() or "batch 2: committed" in stream.output()
+    )
+    second = case.produce(200, seed=88, partitions=2)
+    stream.wait_for(lambda: len(read_all(case.settings, case.output_topic)) >= 500)
+    assert stream.stop() == 0
+    out = read_all(case.settings, case.output_topic)
+    assert sorted(json_ids(out)) == sorted(r.event_id for r in first.rows + second.rows)  # each once
+    assert verify_pipeline(case.settings, case.name).ok  # the ledger's ranges against both topics
+
+
+def json_ids(records) -> list[str]:
+    import json
+
+    return [json.loads(m.value())["event_id"] for m in records]
