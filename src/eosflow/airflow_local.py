@@ -7,11 +7,14 @@ there is no second place to configure the stack.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from eosflow.settings import Settings
@@ -100,14 +103,86 @@ def start(
     return subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True, **popen_kwargs)
 
 
-def serve(settings: Settings, log=print) -> int:
-    """Run in the foreground until Ctrl-C."""
-    from eosflow.stack import process
+class _Stop(Exception):
+    """SIGTERM or SIGHUP arrived: stop Airflow as Ctrl-C does."""
 
-    proc = start(settings, log=log)
+
+# How long Airflow gets to stop after SIGTERM before what is left of its process group is killed.
+STOP_TIMEOUT = float(os.environ.get("EOSFLOW_AIRFLOW_STOP_TIMEOUT", "30"))
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT, log=print) -> None:
+    """SIGTERM Airflow's whole process group, wait until none of it is left, SIGKILL the rest after timeout.
+
+    Waits for the group, not only for `airflow standalone`: its scheduler, API server, dag processor
+    and triggerer are its children in the same group and can outlive it.
+    """
+    pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, or it stays a zombie member of the group
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.2)
+    else:
+        left = _group_alive(pgid)
+        log(f"airflow did not stop in {timeout:g}s: killing {len(left)} process(es) {left}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+def serve(settings: Settings, log=print) -> int:
+    """Run in the foreground until Airflow exits, Ctrl-C, SIGTERM or SIGHUP.
+
+    `airflow standalone` runs in a session of its own (a Ctrl-C in the terminal reaches only us, and
+    we decide how it stops), so a signal to eosflow alone reaches none of it: on any of these, stop its
+    whole process group and exit 0. A second signal while stopping is ignored; the stop is bounded
+    by STOP_TIMEOUT (EOSFLOW_AIRFLOW_STOP_TIMEOUT), after which the rest is killed.
+    """
+    proc: subprocess.Popen | None = None
+    pending: list[int] = []
+
+    def on_signal(signum, _frame):
+        if proc is None:
+            pending.append(signum)  # arrived during start-up: handled as soon as Airflow is started
+            return
+        raise _Stop(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        log("stopping airflow")
-        process.stop_pid(proc.pid)
-        return 0
+        try:
+            proc = start(settings, log=log)
+            if pending:
+                raise _Stop(pending[0])
+            return proc.wait()
+        except (KeyboardInterrupt, _Stop) as exc:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)  # the stop below is bounded; let it finish
+            name = signal.Signals(exc.args[0]).name if isinstance(exc, _Stop) else "SIGINT"
+            log(f"{name}: stopping airflow")
+            if proc is not None:
+                stop_group(proc, log=log)
+            log("airflow stopped")
+            return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
