@@ -10,6 +10,7 @@ from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTrig
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.publish.declaration import Publisher
+from eosflow_airflow.notify import FailureAlert
 from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
 from eosflow_airflow.tasks import (
     compact_targets,
@@ -23,7 +24,13 @@ from eosflow_airflow.tasks import (
 )
 from eosflow_airflow.wake import wake_group_id, wake_trigger
 
-DEFAULT_ARGS = {"owner": "eosflow", "retries": 2, "retry_delay": timedelta(seconds=20)}
+DEFAULT_ARGS = {
+    "owner": "eosflow",
+    "retries": 2,
+    "retry_delay": timedelta(seconds=20),
+    # A task that fails after its retries says why in one line: its log, and EOSFLOW_ALERT_WEBHOOK if set.
+    "on_failure_callback": [FailureAlert()],
+}
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -32,8 +33,27 @@ NOT_RETRIED = {
 }
 
 
+def execution_timeout() -> timedelta:
+    """How long one Spark task may run before Airflow kills it: EOSFLOW_SPARK_TIMEOUT_MINUTES, 120.
+
+    A hung job (a broker that stops answering mid-read, a lock that is never released) would otherwise
+    hold a worker slot and the pipeline's only run forever. Killing it (Airflow then kills spark-submit)
+    is safe: a commit is a transaction (in Postgres, or per partition in Kafka), so nothing is left half
+    committed, and the retry finds in the ledger what was.
+    """
+    raw = os.environ.get("EOSFLOW_SPARK_TIMEOUT_MINUTES", "").strip() or "120"
+    try:
+        minutes = float(raw)
+    except ValueError:
+        raise ValueError(f"EOSFLOW_SPARK_TIMEOUT_MINUTES must be a number of minutes; got {raw!r}") from None
+    if minutes <= 0:
+        raise ValueError(f"EOSFLOW_SPARK_TIMEOUT_MINUTES must be more than 0; got {raw!r}")
+    return timedelta(minutes=minutes)
+
+
 def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
     """Arguments shared by every eosflow spark-submit; no I/O, so DAG files can call it at import."""
+    kwargs.setdefault("execution_timeout", execution_timeout())
     s = settings_mod.load()
     env = spark_env(s) | {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
     return dict(

@@ -198,3 +198,35 @@ def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_che
     (task,) = health.tasks
     assert task.task_id == "stream_health" and task.retries >= 2
     assert list(task.op_args) == [["orders"], 5.0]  # only the stream pipelines; EOSFLOW_STREAM_STALE_MINUTES
+
+
+# -- Alerts ---------------------------------------------------------------------------------------------
+def test_every_task_of_every_dag_alerts_on_failure(dagbag):
+    from eosflow_airflow.notify import FailureAlert
+
+    for dag in dagbag.dags.values():
+        for task in dag.tasks:
+            callbacks = task.on_failure_callback or []
+            assert any(isinstance(c, FailureAlert) for c in callbacks), f"{dag.dag_id}.{task.task_id}"
+
+
+def test_spark_tasks_time_out_after_two_hours_by_default(dagbag):
+    from datetime import timedelta
+
+    ingest = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
+    chunk = dagbag.dags["eosflow_backfill"].get_task("spark_chunk")
+    assert ingest.execution_timeout == timedelta(hours=2)
+    assert chunk.partial_kwargs["execution_timeout"] == timedelta(hours=2)  # a mapped task
+
+
+def test_the_spark_timeout_is_configurable_and_refuses_nonsense(monkeypatch):
+    from datetime import timedelta
+
+    from eosflow_airflow.spark import execution_timeout
+
+    monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", "30")
+    assert execution_timeout() == timedelta(minutes=30)
+    for bad in ("0", "-5", "two hours"):
+        monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", bad)
+        with pytest.raises(ValueError, match="EOSFLOW_SPARK_TIMEOUT_MINUTES"):
+            execution_timeout()

@@ -1,0 +1,145 @@
+"""The failure alert: one line saying why, in the task log and POSTed to EOSFLOW_ALERT_WEBHOOK."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+from eosflow_airflow import notify
+
+
+class _Ti(SimpleNamespace):
+    pass
+
+
+def _context(exc, map_index=-1, task=None):
+    ti = _Ti(
+        dag_id="eosflow_ingest_orders",
+        task_id="spark_ingest",
+        map_index=map_index,
+        log_url="http://127.0.0.1:8080/dags/eosflow_ingest_orders/runs/r1/tasks/spark_ingest",
+    )
+    return {"ti": ti, "run_id": "manual__r1", "exception": exc, "task": task}
+
+
+def test_the_reason_is_the_exception_s_first_line():
+    exc = RuntimeError("FENCED: batch b-2 of orders was fenced by b-3 (exit 3, not retried)\nTraceback ...\n")
+    assert notify.reason(exc) == "FENCED: batch b-2 of orders was fenced by b-3 (exit 3, not retried)"
+    assert notify.reason(ValueError("\n\n  first real line  \nsecond")) == "first real line"
+
+
+def test_a_reason_without_a_message_names_the_exception_or_the_timeout():
+    assert notify.reason(KeyError()) == "KeyError"
+    assert notify.reason(None).startswith("failed without an exception")
+
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    task = SimpleNamespace(execution_timeout=timedelta(hours=2))
+    assert notify.reason(AirflowTaskTimeout(), task) == "timed out after 2:00:00 (execution_timeout)"
+
+
+def test_a_long_reason_is_cut_to_one_readable_line():
+    text = notify.reason(RuntimeError("x" * 5000))
+    assert len(text) == notify.MAX_REASON and text.endswith("...")
+
+
+def test_the_alert_names_the_dag_task_run_and_log():
+    alert = notify.alert_from(_context(RuntimeError("DATA LOSS in pipeline 'orders': gone\nmore"), 3))
+    assert alert == notify.Alert(
+        dag_id="eosflow_ingest_orders",
+        task_id="spark_ingest",
+        run_id="manual__r1",
+        map_index=3,
+        reason="DATA LOSS in pipeline 'orders': gone",
+        log_url="http://127.0.0.1:8080/dags/eosflow_ingest_orders/runs/r1/tasks/spark_ingest",
+    )
+    assert alert.line() == (
+        "eosflow alert: eosflow_ingest_orders.spark_ingest[3] failed in run manual__r1: "
+        "DATA LOSS in pipeline 'orders': gone"
+    )
+    assert json.loads(alert.payload()) == {
+        "dag_id": "eosflow_ingest_orders",
+        "task_id": "spark_ingest",
+        "run_id": "manual__r1",
+        "map_index": 3,
+        "reason": "DATA LOSS in pipeline 'orders': gone",
+        "log_url": alert.log_url,
+    }
+
+
+def test_without_a_webhook_the_alert_is_logged_at_error(caplog, monkeypatch):
+    monkeypatch.delenv(notify.WEBHOOK_ENV, raising=False)
+    with caplog.at_level(logging.INFO, logger=notify.__name__):
+        notify.FailureAlert()(_context(RuntimeError("verification of pipeline orders failed: I3")))
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR
+    assert record.getMessage().endswith(
+        "failed in run manual__r1: verification of pipeline orders failed: I3"
+    )
+
+
+class _Receiver:
+    """A real HTTP server on a free port that keeps what was POSTed to it."""
+
+    def __init__(self, status: int = 204):
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((self.path, self.headers["Content-Type"], json.loads(body)))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/secret-token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = _Receiver()
+    yield r
+    r.close()
+
+
+def test_with_a_webhook_the_alert_is_posted_as_json(receiver, monkeypatch, caplog):
+    monkeypatch.setenv(notify.WEBHOOK_ENV, receiver.url)
+    with caplog.at_level(logging.INFO, logger=notify.__name__):
+        notify.FailureAlert()(_context(RuntimeError("refused: bad request\ndetails")))
+    [(path, content_type, body)] = receiver.received
+    assert path == "/hooks/secret-token" and content_type == "application/json"
+    assert body["reason"] == "refused: bad request" and body["task_id"] == "spark_ingest"
+    assert "secret-token" not in caplog.text  # the URL's path is often the webhook's secret
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/nothing-listens", "not a url", "http://[::1"])
+def test_a_webhook_that_cannot_be_reached_never_fails_the_callback(url, caplog):
+    with caplog.at_level(logging.ERROR, logger=notify.__name__):
+        notify.FailureAlert(webhook=url, timeout=2)(_context(RuntimeError("the reason")))
+    assert "the reason" in caplog.text  # still in the task log
+    assert "could not" in caplog.text
+
+
+def test_a_webhook_answering_an_error_never_fails_the_callback(caplog):
+    failing = _Receiver(status=500)
+    try:
+        with caplog.at_level(logging.ERROR, logger=notify.__name__):
+            notify.FailureAlert(webhook=failing.url)(_context(RuntimeError("the reason")))
+    finally:
+        failing.close()
+    assert len(failing.received) == 1
+    assert "answered 500" in caplog.text and "secret-token" not in caplog.text
