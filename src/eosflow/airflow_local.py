@@ -107,8 +107,13 @@ class _Stop(Exception):
     """SIGTERM or SIGHUP arrived: stop Airflow as Ctrl-C does."""
 
 
-# How long Airflow gets to stop after SIGTERM before what is left of its process group is killed.
-STOP_TIMEOUT = float(os.environ.get("EOSFLOW_AIRFLOW_STOP_TIMEOUT", "30"))
+def stop_timeout() -> float:
+    """Seconds Airflow gets to stop before what is left of its process group is killed (default 30)."""
+    raw = os.environ.get("EOSFLOW_AIRFLOW_STOP_TIMEOUT", "").strip()
+    try:
+        return float(raw) if raw and float(raw) > 0 else 30.0
+    except ValueError:
+        return 30.0
 
 
 def _group_alive(pgid: int) -> list[int]:
@@ -126,13 +131,14 @@ def _group_alive(pgid: int) -> list[int]:
     return pids
 
 
-def stop_group(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT, log=print) -> None:
+def stop_group(proc: subprocess.Popen, timeout: float | None = None, log=print) -> None:
     """SIGTERM Airflow's whole process group, wait until none of it is left, SIGKILL the rest after timeout.
 
     Waits for the group, not only for `airflow standalone`: its scheduler, API server, dag processor
     and triggerer are its children in the same group and can outlive it.
     """
     pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+    timeout = stop_timeout() if timeout is None else timeout
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -155,7 +161,7 @@ def serve(settings: Settings, log=print) -> int:
     `airflow standalone` runs in a session of its own (a Ctrl-C in the terminal reaches only us, and
     we decide how it stops), so a signal to eosflow alone reaches none of it: on any of these, stop its
     whole process group and exit 0. A second signal while stopping is ignored; the stop is bounded
-    by STOP_TIMEOUT (EOSFLOW_AIRFLOW_STOP_TIMEOUT), after which the rest is killed.
+    by EOSFLOW_AIRFLOW_STOP_TIMEOUT (30 s), after which the rest is killed.
     """
     proc: subprocess.Popen | None = None
     pending: list[int] = []
@@ -166,7 +172,9 @@ def serve(settings: Settings, log=print) -> int:
             return
         raise _Stop(signum)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     try:
         try:
             proc = start(settings, log=log)
@@ -185,4 +193,3 @@ def serve(settings: Settings, log=print) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        signal.signal(signal.SIGINT, signal.default_int_handler)

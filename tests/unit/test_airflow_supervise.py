@@ -74,3 +74,9 @@ def test_serve_returns_airflow_s_own_exit_code_when_it_ends_by_itself(monkeypatc
         airflow_local, "start", lambda settings, log=print: subprocess.Popen(["sh", "-c", "exit 3"])
     )
     assert airflow_local.serve(None, log=lambda m: None) == 3
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("", 30.0), ("5", 5.0), ("0", 30.0), ("soon", 30.0)])
+def test_the_stop_timeout_comes_from_the_environment_and_a_bad_value_keeps_30s(monkeypatch, raw, seconds):
+    monkeypatch.setenv("EOSFLOW_AIRFLOW_STOP_TIMEOUT", raw)
+    assert airflow_local.stop_timeout() == seconds
