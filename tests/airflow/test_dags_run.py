@@ -126,3 +126,49 @@ def test_compact_dag_merges_the_children_of_every_partitioned_target(case, airfl
     with psycopg.connect(case.settings.warehouse_dsn) as conn:
         assert len(partitions.children(conn, case.table)) == 1
     assert case.violations() == []
+
+
+def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airflow_db, monkeypatch):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from urllib.parse import quote
+
+    from eosflow_airflow.dags import build_backfill_dag
+
+    received: list[dict] = []
+
+    class Webhook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Webhook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("EOSFLOW_ALERT_WEBHOOK", f"http://127.0.0.1:{server.server_port}/alerts")
+    try:
+        case.produce(100, seed=406, partitions=1)
+        case.ingest()
+        run = build_backfill_dag({case.name: case.pipeline}).test(
+            run_conf={"pipeline": case.name, "mode": "replay", "partitions": "0", "to_offset": 500}
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(run.state) == "failed" and _states(run)["validate"] == "failed"
+    [alert] = received  # one task failed; the ones it kept from running do not alert
+    assert {k: alert[k] for k in ("dag_id", "task_id", "run_id", "map_index")} == {
+        "dag_id": "eosflow_backfill",
+        "task_id": "validate",
+        "run_id": run.run_id,
+        "map_index": -1,
+    }
+    assert alert["reason"] == (
+        f"backfill of {case.name} refused, nothing was run: {case.topic}[0]: [0, 500) was never committed; "
+        "committed offsets are [0, 100)"
+    )
+    assert f"/dags/eosflow_backfill/runs/{quote(run.run_id)}/tasks/validate" in alert["log_url"]
