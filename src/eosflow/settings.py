@@ -67,6 +67,9 @@ class Settings:
     pg_user: str
     pg_password: str
     airflow_port: int
+    # The read-only role the Airflow view and the metrics use (the stack creates it; docs/readonly-role.sql).
+    pg_reader_user: str = "eosflow_reader"
+    pg_reader_password: str = "eosflow_reader"
     # The producer-retries lab: an extra broker listener whose advertised address is a toxiproxy
     # port, so clients that follow metadata stay behind the fault-injecting proxy. 0 = off.
     kafka_proxied_port: int = 0
@@ -127,6 +130,18 @@ class Settings:
         )
 
     @property
+    def reader_dsn(self) -> str:
+        """The warehouse as the read-only role: what the Airflow view and the metrics connect with."""
+        return make_conninfo(
+            host=self.pg_host,
+            port=self.pg_port,
+            dbname=self.pg_database,
+            user=self.pg_reader_user,
+            password=self.pg_reader_password,
+            **dict(self.pg_options),
+        )
+
+    @property
     def warehouse_uri(self) -> str:
         """The same connection as a URI (Airflow's connections take this form), every part quoted."""
         query = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in self.pg_options)
@@ -175,6 +190,8 @@ def load() -> Settings:
         pg_database=os.environ.get("EOSFLOW_PG_DATABASE", "warehouse"),
         pg_user=os.environ.get("EOSFLOW_PG_USER", "eosflow"),
         pg_password=os.environ.get("EOSFLOW_PG_PASSWORD", "eosflow"),
+        pg_reader_user=os.environ.get("EOSFLOW_PG_READER_USER", "eosflow_reader"),
+        pg_reader_password=os.environ.get("EOSFLOW_PG_READER_PASSWORD", "eosflow_reader"),
         airflow_port=_int("EOSFLOW_AIRFLOW_PORT", 8080),
         kafka_proxied_port=_int("EOSFLOW_KAFKA_PROXIED_PORT", 0),
         kafka_proxy_port=_int("EOSFLOW_KAFKA_PROXY_PORT", 19094),

@@ -245,12 +245,42 @@ def verify_pipeline(settings: Settings, pipeline_name: str) -> VerifyResult | Ka
     if pipeline.kafka_sink is not None:  # no table to build models on: Kafka is read back instead
         from eosflow.verify_kafka import verify_kafka_sink
 
-        return verify_kafka_sink(settings, pipeline)
-    declared = {c.name for c in pipeline.schema.columns}
-    return run_dbt(
-        settings,
-        pipeline.name,
-        pipeline.target_table,
-        business_key=pipeline.schema.business_key,
-        marts=declared >= MART_COLUMNS,
-    )
+        result: VerifyResult | KafkaVerifyResult = verify_kafka_sink(settings, pipeline)
+    else:
+        declared = {c.name for c in pipeline.schema.columns}
+        result = run_dbt(
+            settings,
+            pipeline.name,
+            pipeline.target_table,
+            business_key=pipeline.schema.business_key,
+            marts=declared >= MART_COLUMNS,
+        )
+    record(settings, result)
+    return result
+
+
+def record(settings: Settings, result: VerifyResult | KafkaVerifyResult) -> None:
+    """Keep the verdicts in eosflow.checks, where the Airflow view and the metrics read them."""
+    from eosflow.warehouse.migrate import migrate
+
+    if isinstance(result, VerifyResult):
+        rows = [
+            (c.name, c.invariant, c.status, c.failures, json.dumps(list(c.rows), default=str), c.message)
+            for c in result.checks
+        ]
+    else:
+        rows = [
+            (f.name, None, "pass" if f.ok else "fail", 0 if f.ok else 1, "[]", f.detail)
+            for f in result.checks
+        ]
+    if not rows:
+        rows = [("dbt", None, "error", 0, "[]", f"dbt did not run (exit {result.returncode})")]
+    migrate(settings.warehouse_dsn, log=lambda m: None)
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        (now,) = conn.execute("select clock_timestamp()").fetchone()
+        with conn.cursor() as cur:
+            cur.executemany(
+                "insert into eosflow.checks (pipeline, checked_at, name, invariant, status, failures, rows, "
+                "message) values (%s, %s, %s, %s, %s, %s, %s, %s) on conflict do nothing",
+                [(result.pipeline, now, *r) for r in rows],
+            )

@@ -200,6 +200,18 @@ class PostgresService:
                     verb, role, sql.Literal(self.s.pg_password)
                 )
             )
+            # The read-only role of the Airflow view and the metrics: it reads, never writes.
+            reader = sql.Identifier(self.s.pg_reader_user)
+            exists = conn.execute(
+                "select 1 from pg_roles where rolname = %s", (self.s.pg_reader_user,)
+            ).fetchone()
+            conn.execute(
+                sql.SQL("{} role {} login nosuperuser nocreatedb nocreaterole password {}").format(
+                    sql.SQL("alter") if exists else sql.SQL("create"),
+                    reader,
+                    sql.Literal(self.s.pg_reader_password),
+                )
+            )
             if not conn.execute(
                 "select 1 from pg_database where datname = %s", (self.s.pg_database,)
             ).fetchone():
