@@ -15,6 +15,7 @@ from eosflow import settings as settings_mod
 
 WAREHOUSE_CONN_ID = "warehouse"
 KAFKA_CONN_ID = "kafka_default"
+READER_CONN_ID = "warehouse_readonly"
 
 
 class EosflowHook(BaseHook):
@@ -45,6 +46,21 @@ class EosflowHook(BaseHook):
             pg_options=tuple(sorted((k, str(v)) for k, v in wh.extra_dejson.items())) or base.pg_options,
             kafka_bootstrap=bootstrap,
             kafka_config=tuple(sorted((k, str(v)) for k, v in kafka.items())) or base.kafka_config,
+        )
+
+    def reader_settings(self) -> settings_mod.Settings:
+        """The same settings, logged in as the read-only role (connection `warehouse_readonly`, else
+        EOSFLOW_PG_READER_*): what the eosflow view and the metrics use. The owner's password is not in
+        them, so nothing they run can write."""
+        s = self.settings()
+        user, password = s.pg_reader_user, s.pg_reader_password
+        try:
+            conn = self.get_connection(READER_CONN_ID)
+            user, password = conn.login or user, conn.password or password
+        except Exception:  # noqa: BLE001 - not defined: the EOSFLOW_PG_READER_* settings
+            pass
+        return dataclasses.replace(
+            s, pg_user=user, pg_password=password, pg_reader_user=user, pg_reader_password=password
         )
 
     def job_env(self, settings: settings_mod.Settings | None = None) -> dict[str, str]:

@@ -1,0 +1,79 @@
+"""The eosflow view and metrics in a running `airflow standalone`: behind Airflow's login, read through
+the read-only role, showing the pipeline's partitions, lag and invariants."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import psycopg
+import pytest
+
+from eosflow.verify import verify_pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def get(server, path: str, token: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(f"{server.base}{path}")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+@pytest.mark.parametrize("path", ["/eosflow/", "/eosflow/api/pipelines", "/eosflow/metrics"])
+def test_a_request_without_a_login_is_refused(airflow_server, path):
+    server, _ = airflow_server
+    code, body = get(server, path)
+    assert code == 401, body[:300]
+    assert get(server, path, token="not-a-token")[0] in (401, 403)
+
+
+def test_the_view_shows_partitions_lag_and_the_latest_invariants(airflow_server, monkeypatch):
+    server, pipeline = airflow_server
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(pipeline.config_path))
+    assert verify_pipeline(pipeline.settings, pipeline.name).ok  # recorded in eosflow.checks
+    pipeline.produce(50, seed=503, partitions=2)  # lag: produced, not ingested
+    token = server.token()
+    code, html = get(server, "/eosflow/", token)
+    assert code == 200, html[:500]
+    assert f"<h2 id='{pipeline.name}'>" in html and "invariants hold" in html
+    assert (
+        f"<td class='l'>{pipeline.topic}[0]</td>" in html
+        and f"<td class='l'>{pipeline.topic}[1]</td>" in html
+    )
+    assert "unique_kafka_coordinates" in html and "<span class='ok'>pass</span>" in html
+    code, states = get(server, f"/eosflow/api/pipelines?pipeline={pipeline.name}&partition=1", token)
+    assert code == 200
+    (mine,) = [s for s in json.loads(states) if s["pipeline"] == pipeline.name]
+    assert mine["lag"] >= 50 and {r["partition"] for r in mine["ranges"]} == {1}
+    code, metrics = get(server, "/eosflow/metrics", token)
+    assert code == 200
+    assert (
+        f'eosflow_lag_records{{partition="0",pipeline="{pipeline.name}",topic="{pipeline.topic}"}}' in metrics
+    )
+    i1 = f'check="unique_kafka_coordinates",invariant="I1",pipeline="{pipeline.name}"'
+    assert f"eosflow_check_passing{{{i1}}} 1.0" in metrics
+
+
+def test_the_view_is_in_airflow_s_navigation(airflow_server):
+    server, _ = airflow_server
+    code, plugins = server.request("GET", "/api/v2/plugins", token=server.token())
+    assert code == 200
+    (eosflow,) = [p for p in plugins["plugins"] if p["name"] == "eosflow"]
+    assert eosflow["external_views"][0]["href"] == "eosflow/"
+    assert eosflow["fastapi_apps"][0]["url_prefix"] == "/eosflow"
+
+
+def test_the_reader_role_reads_and_cannot_write(settings):
+    with psycopg.connect(settings.reader_dsn, autocommit=True) as conn:
+        assert conn.execute("select count(*) >= 0 from eosflow.ledger").fetchone()[0]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("delete from eosflow.positions")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("create table eosflow.intruder (x int)")

@@ -1,0 +1,103 @@
+"""The eosflow view's page and the metrics, from a snapshot built by hand (no Kafka, no Postgres)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from html import escape
+
+from eosflow.ingest.pipelines import load_all
+from eosflow.observe.metrics import exposition
+from eosflow.observe.state import PartitionState, PipelineState
+from eosflow_airflow.view_page import page
+from tests.orders import PIPELINES_YML
+
+NOW = datetime.now(UTC)
+
+
+def state(checks_fail: bool = False, kafka_error: str | None = None) -> PipelineState:
+    pipeline = load_all(None, PIPELINES_YML)["orders"]
+    checks = [
+        {"name": "unique_kafka_coordinates", "invariant": "I1", "status": "pass", "failures": 0, "rows": [],
+         "message": None, "checked_at": NOW},
+        {"name": "ledger_ranges_contiguous", "invariant": "I2", "status": "fail" if checks_fail else "pass",
+         "failures": 1 if checks_fail else 0,
+         "rows": [{"kafka_partition": 3, "gap_start": 120, "gap_end": 140}] if checks_fail else [],
+         "message": None, "checked_at": NOW},
+    ]  # fmt: skip
+    return PipelineState(
+        pipeline,
+        [
+            PartitionState("orders", 0, 1200, 1500, NOW - timedelta(seconds=30)),
+            PartitionState("orders", 1, None, 40, None),
+        ],
+        {("orders", 0): 95.0, ("orders", 1): 7200.0},
+        [
+            {
+                "topic": "orders",
+                "partition": 0,
+                "start_offset": 1000,
+                "end_offset": 1200,
+                "kind": "data",
+                "batch_id": "orders:run-7",
+                "records_read": 180,
+                "rows_written": 179,
+                "rows_rejected": 1,
+                "committed_at": NOW - timedelta(seconds=30),
+            },
+        ],  # fmt: skip
+        checks,
+        NOW,
+        [
+            {
+                "batch_id": "orders:run-8",
+                "run_id": "run-8",
+                "kind": "ingest",
+                "created_at": NOW,
+                "in_flight": True,
+            }
+        ],
+        [{"hour": NOW - timedelta(hours=h), "records": 100 * h, "lag": 10 * h} for h in range(24, 0, -1)],
+        {"read": 180, "written": 179, "rejected": 1},
+        kafka_error,
+    )
+
+
+def test_the_page_shows_each_partition_s_position_end_lag_and_last_commit():
+    html = page([state()])
+    assert "<td class='l'>orders[0]</td><td>1,200</td><td>1,500</td><td>300</td><td>95 s</td>" in html
+    assert (
+        "<td class='l'>orders[1]</td><td>-</td><td>40</td><td>40</td><td>2.0 h</td><td class='l'>never</td>"
+        in html
+    )
+    assert "invariants hold" in html and "lag</span><b>340 records" in html
+    assert "orders:run-7" in html and "in flight" in html and "<svg" in html
+
+
+def test_a_failing_invariant_shows_with_its_offending_rows_and_kafka_trouble_is_said():
+    html = page([state(checks_fail=True, kafka_error="KafkaUnavailableError: no broker")])
+    assert "CHECKS FAILING" in html and "<span class='bad'>fail</span>" in html
+    offending = '{"kafka_partition": 3, "gap_start": 120, "gap_end": 140}'
+    assert escape(offending) in html  # the offending row, HTML-escaped
+    assert "Kafka did not answer: KafkaUnavailableError: no broker" in html
+
+
+def test_the_ranges_filter_links_name_each_partition():
+    html = page([state()], partition=0)
+    assert "(partition 0)" in html and "href='?pipeline=orders&partition=1#orders'" in html
+
+
+def test_the_metrics_carry_lag_positions_counts_commit_age_and_check_status():
+    text = exposition(lambda: [state(checks_fail=True)]).decode()
+    assert 'eosflow_lag_records{partition="0",pipeline="orders",topic="orders"} 300.0' in text
+    assert 'eosflow_lag_records{partition="1",pipeline="orders",topic="orders"} 40.0' in text
+    assert 'eosflow_position{partition="0",pipeline="orders",topic="orders"} 1200.0' in text
+    assert 'eosflow_rows_rejected_total{pipeline="orders"} 1.0' in text
+    assert (
+        'eosflow_check_passing{check="ledger_ranges_contiguous",invariant="I2",pipeline="orders"} 0.0' in text
+    )
+    assert (
+        'eosflow_check_passing{check="unique_kafka_coordinates",invariant="I1",pipeline="orders"} 1.0' in text
+    )
+    age = next(line for line in text.splitlines() if line.startswith("eosflow_last_commit_age_seconds{"))
+    assert 29.0 <= float(age.split()[-1]) < 120.0
+    assert 'eosflow_kafka_reachable{pipeline="orders"} 1.0' in text
