@@ -217,18 +217,28 @@ def _kafka_sink(args: argparse.Namespace, run: _Run, records: int, partitions: i
     except MeasurementFailed as exc:
         log(f"error: {exc}")
         return 1
+    about = f"{records:,} records in {partitions} partitions, one run each, one topic."
+    _write_report(
+        run, "kafka_sink.md", "Kafka to Kafka", about, lambda header: kafka_sink.markdown(timed, header), t0
+    )
+    return 0
+
+
+def _write_report(
+    run: _Run, name: str, title: str, about: str, body: Callable[[str], str], t0: float
+) -> None:
+    """One Markdown report in the results folder: a header naming the run and the machine, then the body."""
     info = run.info([])
     header = (
-        f"# eosflow bench: Kafka to Kafka\n\nRun `{info.run_id}`, {info.started}: {records:,} records in "
-        f"{partitions} partitions, one run each, one topic.\n\nMachine: {info.machine.describe()}. "
-        f"Load average before {info.load_before[0]:.2f}, after {info.load_after[0]:.2f}."
+        f"# eosflow bench: {title}\n\nRun `{info.run_id}`, {info.started}: {about}\n\nMachine: "
+        f"{info.machine.describe()}. Load average before {info.load_before[0]:.2f}, after "
+        f"{info.load_after[0]:.2f}."
     )
-    path = run.out_dir / "kafka_sink.md"
+    path = run.out_dir / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(kafka_sink.markdown(timed, header))
+    path.write_text(body(header))
     print(path.read_text())
     log(f"wrote {path} in {time.monotonic() - t0:.0f} s")
-    return 0
 
 
 def _stream(args: argparse.Namespace, run: _Run, partitions: int) -> int:
@@ -238,17 +248,8 @@ def _stream(args: argparse.Namespace, run: _Run, partitions: int) -> int:
     result = stream_latency.run(
         run.settings, run.run_id, args.rate, args.seconds, partitions, args.trigger, run.work_dir, log
     )
-    info = run.info([])
-    header = (
-        f"# eosflow bench: stream latency\n\nRun `{info.run_id}`, {info.started}. Machine: "
-        f"{info.machine.describe()}. Load average before {info.load_before[0]:.2f}, after "
-        f"{info.load_after[0]:.2f}."
-    )
-    path = run.out_dir / "stream.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(result.markdown(header))
-    print(path.read_text())
-    log(f"wrote {path} in {time.monotonic() - t0:.0f} s")
+    about = f"{args.rate:,} events/s for {args.seconds} s into {partitions} partitions."
+    _write_report(run, "stream.md", "stream latency", about, result.markdown, t0)
     ok = result.exactly_once and result.stream_exit == 0
     if not ok:
         log("PROBLEM: the stream did not commit every event exactly once, or did not exit 0 on SIGTERM")

@@ -105,7 +105,7 @@ def replay_race(lab: Lab, mode: str, trial: int) -> Trial:
     lab.clear_pause(point)
     log = lab.home / f"{p.name}.stream.log"
     proc = start(lab, p, log, EOSFLOW_PAUSE_AT=point)
-    _wait_paused(lab, point, proc, log)
+    lab.wait_paused(point, proc, log=log)
     replay = lab.finish(
         subprocess.Popen(
             [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", p.name,
@@ -133,7 +133,7 @@ def broker_restart(lab: Lab, mode: str, trial: int, outage_s: float = 4.0) -> Tr
     lab.clear_pause(point)
     log = lab.home / f"{p.name}.stream.log"
     proc = start(lab, p, log, EOSFLOW_PAUSE_AT=point)
-    _wait_paused(lab, point, proc, log)
+    lab.wait_paused(point, proc, log=log)
     kafka.stop(log=lab.log)
     lab.resume(point)
     time.sleep(outage_s)
@@ -158,7 +158,7 @@ def postgres_restart(lab: Lab, mode: str, trial: int) -> Trial:
     lab.clear_pause(point)
     log = lab.home / f"{p.name}.stream.log"
     proc = start(lab, p, log, EOSFLOW_PAUSE_AT=point)
-    _wait_paused(lab, point, proc, log)
+    lab.wait_paused(point, proc, log=log)
     before = pg.pid()
     pg.stop(log=lab.log)
     pg.start(log=lab.log)
@@ -173,14 +173,3 @@ def postgres_restart(lab: Lab, mode: str, trial: int) -> Trial:
         f"stream exit {stopped.returncode}"
     )
     return _trial(lab, "stream postgres restart", p, manifest, trial, faults, detail)
-
-
-def _wait_paused(lab: Lab, point: str, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
-    marker = lab.home / f"{point}.paused"
-    deadline = time.monotonic() + timeout_s
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the stream ended before pausing at {point}:\n{log.read_text()[-2000:]}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the stream did not reach {point} within {timeout_s:.0f}s")
-        time.sleep(0.1)

@@ -178,12 +178,16 @@ class Lab:
         _, err = proc.communicate(timeout=timeout_s)
         return JobResult(proc.returncode, err or "")
 
-    def wait_paused(self, point: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    def wait_paused(
+        self, point: str, proc: subprocess.Popen, timeout_s: float = 300, log: Path | None = None
+    ) -> None:
+        """Until the job stands at `point`; `log`: where its stderr goes, if not to a pipe."""
         marker = self.home / f"{point}.paused"
         deadline = time.monotonic() + timeout_s
         while not marker.exists():
             if proc.poll() is not None:
-                raise RuntimeError(f"the job ended before pausing at {point}:\n{self.finish(proc).tail()}")
+                tail = log.read_text(errors="replace")[-2000:] if log else self.finish(proc).tail()
+                raise RuntimeError(f"the job ended before pausing at {point}:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the job did not reach {point} within {timeout_s:.0f}s")
             time.sleep(0.1)
