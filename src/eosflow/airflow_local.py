@@ -59,6 +59,16 @@ def connections(settings: Settings) -> dict[str, str]:
             "password": settings.pg_password,
             "extra": dict(settings.pg_options),  # sslmode, sslrootcert, ...
         },
+        # The read-only role of the eosflow view and the metrics (EosflowHook.reader_settings).
+        "AIRFLOW_CONN_WAREHOUSE_READONLY": {
+            "conn_type": "postgres",
+            "host": settings.pg_host,
+            "port": settings.pg_port,
+            "schema": settings.pg_database,
+            "login": settings.pg_reader_user,
+            "password": settings.pg_reader_password,
+            "extra": dict(settings.pg_options),
+        },
     }
     return {name: os.environ.get(name) or json.dumps(value) for name, value in conns.items()}
 

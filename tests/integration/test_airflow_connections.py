@@ -21,7 +21,8 @@ def test_connections_resolve_to_the_stack_inside_airflow(settings, tmp_path):
     code = (
         "from airflow.sdk.bases.hook import BaseHook\n"
         "import json\n"
-        "out = {c: BaseHook.get_connection(c) for c in ('spark_default', 'kafka_default', 'warehouse')}\n"
+        "names = ('spark_default', 'kafka_default', 'warehouse', 'warehouse_readonly')\n"
+        "out = {c: BaseHook.get_connection(c) for c in names}\n"
         "print(json.dumps({k: [v.conn_type, v.host, v.port, v.schema, v.login, v.extra_dejson]"
         " for k, v in out.items()}))"
     )
@@ -37,3 +38,5 @@ def test_connections_resolve_to_the_stack_inside_airflow(settings, tmp_path):
     assert conns["spark_default"][:2] == ["spark", "local[2]"]
     assert conns["kafka_default"][5] == {"bootstrap.servers": s.bootstrap_servers}
     assert conns["warehouse"][:5] == ["postgres", s.pg_host, s.pg_port, s.pg_database, s.pg_user]
+    reader = ["postgres", s.pg_host, s.pg_port, s.pg_database, s.pg_reader_user]
+    assert conns["warehouse_readonly"][:5] == reader and s.pg_reader_user != s.pg_user
