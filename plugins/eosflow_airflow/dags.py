@@ -149,11 +149,20 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
             "to_offset": Param(
                 None, type=["null", "integer"], minimum=0, description="end offset, exclusive"
             ),
+            # A date-time picker in the Trigger form (it sends ISO-8601 in UTC); empty stays allowed.
             "from_time": Param(
-                None, type=["null", "string"], description="instead of from_offset: ISO-8601 with zone"
+                None,
+                type=["null", "string"],
+                format="date-time",
+                description="instead of from_offset: the first record at or after this time "
+                "(ISO-8601 with zone)",
             ),
             "to_time": Param(
-                None, type=["null", "string"], description="instead of to_offset: ISO-8601 with zone"
+                None,
+                type=["null", "string"],
+                format="date-time",
+                description="instead of to_offset: the range ends before the first record at or after "
+                "this time",
             ),
             "chunk_size": Param(100_000, type="integer", minimum=1, description="offsets per Spark job"),
         },

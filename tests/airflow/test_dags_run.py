@@ -128,6 +128,45 @@ def test_compact_dag_merges_the_children_of_every_partitioned_target(case, airfl
     assert case.violations() == []
 
 
+def test_a_backfill_dry_run_lists_the_chunks_and_commits_nothing(case, airflow_db):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from eosflow_airflow.dags import build_backfill_dag
+
+    case.produce(300, seed=405, partitions=1)
+    case.ingest()
+    case.write_config(transform_version="v2")
+    ledger = case.ledger()
+    plans = case.query("select count(*) from eosflow.plans where pipeline = %s", case.name)
+    run = build_backfill_dag({case.name: case.pipeline}).test(
+        run_conf={
+            "pipeline": case.name,
+            "mode": "replay",
+            "partitions": "0",
+            "from_offset": 0,
+            "to_offset": 200,
+            "chunk_size": 100,
+            "dry_run": True,
+        }
+    )
+    states = _states(run)
+    assert str(run.state) == "success", states
+    assert states == {"validate": "success", "spark_chunk": "skipped", "verify": "skipped"}
+    with create_session() as session:
+        [chunks] = session.scalars(
+            XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids="validate", key="chunks")
+        ).all()
+    assert XComModel.deserialize_value(chunks) == [
+        f"{case.topic}[0] [0, 100) (100 offsets)",
+        f"{case.topic}[0] [100, 200) (100 offsets)",
+    ]
+    # Nothing committed, nothing planned: the rows are still v1's.
+    assert case.ledger() == ledger
+    assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == plans
+    assert dict(case.query(f"select transform_version, count(*) from {case.table} group by 1")) == {"v1": 300}
+
+
 def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airflow_db, monkeypatch):
     import json
     import threading

@@ -230,3 +230,15 @@ def test_the_spark_timeout_is_configurable_and_refuses_nonsense(monkeypatch):
         monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", bad)
         with pytest.raises(ValueError, match="EOSFLOW_SPARK_TIMEOUT_MINUTES"):
             execution_timeout()
+
+
+# -- The backfill form ----------------------------------------------------------------------------------
+def test_the_backfill_time_bounds_are_date_time_pickers_that_may_stay_empty(dagbag):
+    params = dagbag.dags["eosflow_backfill"].params
+    for name in ("from_time", "to_time"):
+        param = params.get_param(name)
+        assert param.schema["format"] == "date-time"
+        assert param.schema["type"] == ["null", "string"]  # the UI shows a picker for the non-null type
+        assert param.resolve(None) is None
+        # What the UI's picker sends (an ISO string in UTC) and what the API takes.
+        assert param.resolve("2026-01-01T12:00:00.000Z") == "2026-01-01T12:00:00.000Z"
