@@ -115,6 +115,14 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
     return ingest()
 
 
+# The backfill form's sections. Airflow's Trigger dialog shows them as an accordion with one section open
+# at a time, at first the one of the params without a section ("Run Parameters"): what every backfill
+# needs is there, the range and the rarely changed settings are one click away.
+BY_OFFSET = "Range by offset (empty: everything)"
+BY_TIME = "Range by time (instead of offsets)"
+ADVANCED = "Topic and chunk size"
+
+
 def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
     names = sorted(pipelines)
 
@@ -127,50 +135,96 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
         max_active_runs=1,
         default_args=DEFAULT_ARGS,
         tags=["eosflow", "backfill"],
+        # A form, not a list of raw names: titles, sections, a date-time picker for the time bounds, and a
+        # dry run. The keys stay as they were: `conf` of the REST API and the CLI use them.
         params={
-            "pipeline": Param(names[0], enum=names, description="the pipeline, as named in pipelines.yml"),
+            "pipeline": Param(
+                names[0],
+                enum=names,
+                title="Pipeline",
+                description="As named in pipelines.yml.",
+            ),
             "mode": Param(
                 "catch-up",
                 enum=list(MODES),
-                description="catch-up: forward from the stored position; replay: re-read committed",
+                values_display={
+                    "catch-up": "Catch up: read forward from the stored position",
+                    "replay": "Replay: re-read and re-commit offsets already committed",
+                },
+                title="Mode",
+                description="A catch-up starts at the pipeline's stored position; a replay replaces what "
+                "was committed for the range (e.g. after a transform change).",
             ),
-            "topic": Param(
-                None,
-                type=["null", "string"],
-                description="the topic, for a pipeline reading several (empty: the pipeline's only topic)",
+            "partitions": Param(
+                "all", type="string", title="Partitions", description="all, or a list like 0,2."
             ),
-            "partitions": Param("all", type="string", description="all, or a list like 0,2"),
+            "dry_run": Param(
+                False,
+                type="boolean",
+                title="Dry run: only validate and list the chunks",
+                description="Checks the whole request and lists the chunks in the validate task's log; no "
+                "Spark job runs and nothing is committed (spark_chunk and verify show as skipped).",
+            ),
             "from_offset": Param(
                 None,
                 type=["null", "integer"],
                 minimum=0,
-                description="first offset (catch-up: must be the stored position)",
+                title="From offset",
+                description="First offset of the range in each chosen partition (a catch-up must start at "
+                "the stored position). Empty: the stored position (catch-up) or the first committed "
+                "offset (replay).",
+                section=BY_OFFSET,
             ),
             "to_offset": Param(
-                None, type=["null", "integer"], minimum=0, description="end offset, exclusive"
+                None,
+                type=["null", "integer"],
+                minimum=0,
+                title="To offset (exclusive)",
+                description="End of the range, not included. Empty: the last stable offset (catch-up) or "
+                "the stored position (replay).",
+                section=BY_OFFSET,
             ),
-            # A date-time picker in the Trigger form (it sends ISO-8601 in UTC); empty stays allowed.
             "from_time": Param(
                 None,
                 type=["null", "string"],
                 format="date-time",
-                description="instead of from_offset: the first record at or after this time "
-                "(ISO-8601 with zone)",
+                title="From time",
+                description="Instead of From offset: the first record at or after this time, in each "
+                "partition. The picker uses the UI's time zone; through the API, ISO-8601 with a zone.",
+                section=BY_TIME,
             ),
             "to_time": Param(
                 None,
                 type=["null", "string"],
                 format="date-time",
-                description="instead of to_offset: the range ends before the first record at or after "
-                "this time",
+                title="To time",
+                description="Instead of To offset: the range ends before the first record at or after "
+                "this time.",
+                section=BY_TIME,
             ),
-            "chunk_size": Param(100_000, type="integer", minimum=1, description="offsets per Spark job"),
+            "topic": Param(
+                None,
+                type=["null", "string"],
+                title="Topic",
+                description="Only for a pipeline reading several topics; empty: the pipeline's only topic.",
+                section=ADVANCED,
+            ),
+            "chunk_size": Param(
+                100_000,
+                type="integer",
+                minimum=1,
+                title="Chunk size (offsets per Spark job)",
+                description="Each chunk is one Spark job and one commit; the chunks of a partition commit "
+                "in order.",
+                section=ADVANCED,
+            ),
         },
         doc_md="Validates everything first (pipeline, partitions, bounds, stored position, committed "
-        "ranges); then one Spark job per chunk, in order per partition; then the invariants.",
+        "ranges); then one Spark job per chunk, in order per partition; then the invariants. "
+        "Tick **Dry run** to stop after the validation: its log lists the chunks a real run would commit.",
     )
     def backfill():
-        chunks = validate_backfill()
+        chunks = validate_backfill()  # a dry run returns none: spark_chunk maps to nothing, verify skips
         # One chunk at a time, in map order: a catch-up chunk can only commit after the one before it.
         loads = EosflowSparkSubmitOperator.partial(
             **spark_job("spark_chunk", max_active_tis_per_dagrun=1)

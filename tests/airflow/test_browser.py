@@ -97,12 +97,17 @@ def log_in(page, server) -> None:
     expect(page.get_by_role("button", name="User")).to_be_visible()
 
 
-def choose(page, dialog, field: str, option: str) -> None:
+def choose(page, dialog, field: str, label: str, option: str, value: str | None = None) -> None:
     """Pick an option of an enum param (a searchable select, whose options open in a listbox)."""
-    dialog.get_by_role("combobox", name=field, exact=True).click()
+    dialog.get_by_role("combobox", name=label, exact=True).click()
     page.get_by_role("option", name=option, exact=True).click()
     # The value the form sends is kept in a hidden input named after the param.
-    expect(dialog.locator(f"input[type=hidden][name=element_{field}]")).to_have_value(option)
+    expect(dialog.locator(f"input[type=hidden][name=element_{field}]")).to_have_value(value or option)
+
+
+def open_section(dialog, title: str) -> None:
+    """Open a section of the form (an accordion: one section open at a time)."""
+    dialog.get_by_role("button", name=title, exact=True).click()
 
 
 def fill_backfill_form(page, pipeline_name: str):
@@ -113,20 +118,24 @@ def fill_backfill_form(page, pipeline_name: str):
     )
     expect(dialog).to_be_visible()
     expect(dialog.get_by_role("radio", name="Single Run")).to_be_checked()
-    expect(dialog.get_by_role("combobox", name="pipeline", exact=True)).to_be_visible()
+    # Titles, not raw names; the params without a section ("Run Parameters") are open at first.
+    expect(dialog.get_by_role("combobox", name="Pipeline", exact=True)).to_be_visible()
 
-    choose(page, dialog, "pipeline", pipeline_name)
-    choose(page, dialog, "mode", "replay")
+    choose(page, dialog, "pipeline", "Pipeline", pipeline_name)
+    choose(page, dialog, "mode", "Mode", "Replay: re-read and re-commit offsets already committed", "replay")
     # String params' labels are not tied to their inputs (no accessible name): use the input's name.
     partitions = dialog.locator("input[name=element_partitions]")
     partitions.fill("0")
     expect(partitions).to_have_value("0")
-    chunk_size = dialog.get_by_role("spinbutton", name="chunk_size", exact=True)
+    expect(dialog.locator("input[name=element_dry_run]")).not_to_be_checked()  # a real run by default
+    open_section(dialog, "Range by offset (empty: everything)")
+    for offset in ("From offset", "To offset (exclusive)"):
+        expect(dialog.get_by_role("spinbutton", name=offset, exact=True)).to_have_value("")
+    open_section(dialog, "Topic and chunk size")
+    chunk_size = dialog.get_by_role("spinbutton", name="Chunk size (offsets per Spark job)", exact=True)
     chunk_size.fill("250")
     chunk_size.press("Tab")
     expect(chunk_size).to_have_value("250")
-    for offset in ("from_offset", "to_offset"):
-        expect(dialog.get_by_role("spinbutton", name=offset, exact=True)).to_have_value("")
     return dialog
 
 
@@ -166,6 +175,7 @@ def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page)
         "from_offset": None,
         "to_offset": None,
         "chunk_size": 250,
+        "dry_run": False,
     }, json.dumps(run["conf"])
 
     assert server.wait_for_run(DAG_ID, run_id) == "success", server.log_tail()

@@ -200,6 +200,55 @@ def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_che
     assert list(task.op_args) == [["orders"], 5.0]  # only the stream pipelines; EOSFLOW_STREAM_STALE_MINUTES
 
 
+# -- The backfill form ----------------------------------------------------------------------------------
+def test_the_backfill_form_has_titles_and_sections(dagbag):
+    params = dagbag.dags["eosflow_backfill"].params
+    schemas = {name: params.get_param(name).schema for name in params}
+    assert all(s.get("title") and s["title"] != name for name, s in schemas.items())  # not the raw name
+    sections: dict[str | None, list[str]] = {}
+    for name, schema in schemas.items():
+        sections.setdefault(schema.get("section"), []).append(name)
+    assert sections == {
+        # No section: Airflow's "Run Parameters", the one open when the Trigger dialog opens.
+        None: ["pipeline", "mode", "partitions", "dry_run"],
+        "Range by offset (empty: everything)": ["from_offset", "to_offset"],
+        "Range by time (instead of offsets)": ["from_time", "to_time"],
+        "Topic and chunk size": ["topic", "chunk_size"],
+    }
+    mode = params.get_param("mode").schema
+    assert set(mode["values_display"]) == set(mode["enum"]) == {"catch-up", "replay"}
+
+
+def test_the_backfill_time_bounds_are_date_time_pickers_that_may_stay_empty(dagbag):
+    params = dagbag.dags["eosflow_backfill"].params
+    for name in ("from_time", "to_time"):
+        param = params.get_param(name)
+        assert param.schema["format"] == "date-time"
+        assert param.schema["type"] == ["null", "string"]  # the UI shows a picker for the non-null type
+        assert param.resolve(None) is None
+        # What the UI's picker sends (an ISO string in UTC) and what the API takes.
+        assert param.resolve("2026-01-01T12:00:00.000Z") == "2026-01-01T12:00:00.000Z"
+
+
+def test_the_backfill_dry_run_is_a_switch_off_by_default(dagbag):
+    param = dagbag.dags["eosflow_backfill"].params.get_param("dry_run")
+    assert param.value is False and param.schema["type"] == "boolean"
+    assert "nothing is committed" in param.description
+
+
+def test_the_backfill_form_serializes_with_its_titles_sections_and_formats(dagbag):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    again = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["eosflow_backfill"]))
+    from_time = again.params.get_param("from_time").schema
+    assert (from_time["format"], from_time["title"], from_time["section"]) == (  # as the UI gets them
+        "date-time",
+        "From time",
+        "Range by time (instead of offsets)",
+    )
+    assert again.params.get_param("dry_run").value is False
+
+
 # -- Alerts ---------------------------------------------------------------------------------------------
 def test_every_task_of_every_dag_alerts_on_failure(dagbag):
     from eosflow_airflow.notify import FailureAlert
@@ -230,15 +279,3 @@ def test_the_spark_timeout_is_configurable_and_refuses_nonsense(monkeypatch):
         monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", bad)
         with pytest.raises(ValueError, match="EOSFLOW_SPARK_TIMEOUT_MINUTES"):
             execution_timeout()
-
-
-# -- The backfill form ----------------------------------------------------------------------------------
-def test_the_backfill_time_bounds_are_date_time_pickers_that_may_stay_empty(dagbag):
-    params = dagbag.dags["eosflow_backfill"].params
-    for name in ("from_time", "to_time"):
-        param = params.get_param(name)
-        assert param.schema["format"] == "date-time"
-        assert param.schema["type"] == ["null", "string"]  # the UI shows a picker for the non-null type
-        assert param.resolve(None) is None
-        # What the UI's picker sends (an ISO string in UTC) and what the API takes.
-        assert param.resolve("2026-01-01T12:00:00.000Z") == "2026-01-01T12:00:00.000Z"
