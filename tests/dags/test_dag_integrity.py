@@ -83,15 +83,14 @@ def test_compaction_runs_hourly_and_never_twice_at_once(dagbag):
 
 
 # -- Kafka-woken ingest DAGs (wake_on_records) ----------------------------------------------------------
-@pytest.fixture
-def woken_orders(tmp_path, monkeypatch):
-    """The project's pipelines file with orders opted in to wake_on_records, parsed with no I/O allowed."""
+def orders_declared(tmp_path, monkeypatch, **changes):
+    """The project's pipelines file with the orders pipeline changed, its DAGs parsed with no I/O allowed."""
     import psycopg
     import yaml
     from airflow.dag_processing.dagbag import DagBag
 
     body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
-    body["pipelines"]["orders"]["wake_on_records"] = True
+    body["pipelines"]["orders"].update(changes)
     path = tmp_path / "pipelines.yml"
     path.write_text(yaml.safe_dump(body))
     monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
@@ -106,6 +105,12 @@ def woken_orders(tmp_path, monkeypatch):
         bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     return bag
+
+
+@pytest.fixture
+def woken_orders(tmp_path, monkeypatch):
+    """Orders opted in to wake_on_records."""
+    return orders_declared(tmp_path, monkeypatch, wake_on_records=True)
 
 
 def _interval() -> object:
@@ -164,27 +169,8 @@ def test_a_woken_ingest_dag_serializes_for_the_scheduler_and_the_triggerer(woken
 # -- Stream pipelines (mode: stream) ---------------------------------------------------------------------
 @pytest.fixture
 def streamed_orders(tmp_path, monkeypatch):
-    """The project's pipelines file with orders declared mode: stream, parsed with no I/O allowed."""
-    import psycopg
-    import yaml
-    from airflow.dag_processing.dagbag import DagBag
-
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
-    body["pipelines"]["orders"]["mode"] = "stream"
-    path = tmp_path / "pipelines.yml"
-    path.write_text(yaml.safe_dump(body))
-    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"I/O at DAG import: {args[:2]}")
-
-    with monkeypatch.context() as io:
-        io.setattr(socket.socket, "connect", refuse)
-        io.setattr(socket, "create_connection", refuse)
-        io.setattr(psycopg, "connect", refuse)
-        bag = DagBag(dag_folder=str(DAGS))
-    assert bag.import_errors == {}
-    return bag
+    """Orders declared mode: stream."""
+    return orders_declared(tmp_path, monkeypatch, mode="stream")
 
 
 def test_no_stream_pipeline_no_health_dag(dagbag):
