@@ -11,23 +11,22 @@ from eosflow.observe.state import PartitionState, PipelineState
 from eosflow_airflow.view_page import page
 from tests.orders import PIPELINES_YML
 
-NOW = datetime.now(UTC)
-
 
 def state(checks_fail: bool = False, kafka_error: str | None = None) -> PipelineState:
+    now = datetime.now(UTC)  # at the call: the ages shown are measured from it
     pipeline = load_all(None, PIPELINES_YML)["orders"]
     checks = [
         {"name": "unique_kafka_coordinates", "invariant": "I1", "status": "pass", "failures": 0, "rows": [],
-         "message": None, "checked_at": NOW},
+         "message": None, "checked_at": now},
         {"name": "ledger_ranges_contiguous", "invariant": "I2", "status": "fail" if checks_fail else "pass",
          "failures": 1 if checks_fail else 0,
          "rows": [{"kafka_partition": 3, "gap_start": 120, "gap_end": 140}] if checks_fail else [],
-         "message": None, "checked_at": NOW},
+         "message": None, "checked_at": now},
     ]  # fmt: skip
     return PipelineState(
         pipeline,
         [
-            PartitionState("orders", 0, 1200, 1500, NOW - timedelta(seconds=30)),
+            PartitionState("orders", 0, 1200, 1500, now - timedelta(seconds=30)),
             PartitionState("orders", 1, None, 40, None),
         ],
         {("orders", 0): 95.0, ("orders", 1): 7200.0},
@@ -42,21 +41,21 @@ def state(checks_fail: bool = False, kafka_error: str | None = None) -> Pipeline
                 "records_read": 180,
                 "rows_written": 179,
                 "rows_rejected": 1,
-                "committed_at": NOW - timedelta(seconds=30),
+                "committed_at": now - timedelta(seconds=30),
             },
         ],  # fmt: skip
         checks,
-        NOW,
+        now,
         [
             {
                 "batch_id": "orders:run-8",
                 "run_id": "run-8",
                 "kind": "ingest",
-                "created_at": NOW,
+                "created_at": now,
                 "in_flight": True,
             }
         ],
-        [{"hour": NOW - timedelta(hours=h), "records": 100 * h, "lag": 10 * h} for h in range(24, 0, -1)],
+        [{"hour": now - timedelta(hours=h), "records": 100 * h, "lag": 10 * h} for h in range(24, 0, -1)],
         {"read": 180, "written": 179, "rejected": 1},
         kafka_error,
     )
