@@ -10,15 +10,26 @@ from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTrig
 from eosflow.ingest.backfill import MODES
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.publish.declaration import Publisher
+from eosflow_airflow.lineage import (
+    BACKFILL_ALIAS,
+    input_assets,
+    mart_assets,
+    output_asset,
+    table_asset,
+    topic_asset,
+)
 from eosflow_airflow.notify import FailureAlert
 from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
 from eosflow_airflow.tasks import (
+    announce,
+    build_marts,
     compact_targets,
     ingest_dag_id,
+    marts_dag_id,
+    pipeline_health,
     plan,
     publish_dag_id,
     publish_rows,
-    stream_health,
     validate_backfill,
     verify,
 )
@@ -32,15 +43,6 @@ DEFAULT_ARGS = {
     "on_failure_callback": [FailureAlert()],
 }
 START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def target_asset(pipeline: Pipeline) -> Asset:
-    """The pipeline's output table (or topic), so downstream DAGs can be scheduled on new data."""
-    if pipeline.kafka_sink is not None:
-        topic = pipeline.kafka_sink.output_topic
-        return Asset(name=f"kafka.{topic}", uri=f"kafka://kafka/{topic}")
-    schema, table = pipeline.target_table.split(".")
-    return Asset(name=f"warehouse.{pipeline.target_table}", uri=f"postgres://warehouse/{schema}/{table}")
 
 
 def wake_asset(pipeline: Pipeline) -> Asset:
@@ -106,10 +108,15 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
         ),
     )
     def ingest():
+        # The output asset's event comes last: only rows that committed and passed the invariants
+        # schedule the DAGs downstream (the marts). The lineage sits on that last task alone: Airflow
+        # fails a task whose assets it holds inactive (a name clash), and that must never stop an ingest.
+        announce_rows = announce.override(inlets=input_assets(pipeline), outlets=[output_asset(pipeline)])
         (
             plan(pipeline.name)
-            >> ingest_task(pipeline.name, outlets=[target_asset(pipeline)])
+            >> ingest_task(pipeline.name)
             >> verify(pipeline.name)
+            >> announce_rows(pipeline.name)
         )
 
     return ingest()
@@ -229,9 +236,32 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
         loads = EosflowSparkSubmitOperator.partial(
             **spark_job("spark_chunk", max_active_tis_per_dagrun=1)
         ).expand(application_args=chunks)
-        loads >> verify()
+        loads >> verify() >> announce.override(outlets=[BACKFILL_ALIAS])(upstream="validate")
 
     return backfill()
+
+
+def build_marts_dag(pipeline: Pipeline) -> DAG:
+    """The pipeline's dbt marts, rebuilt whenever its ingest or a backfill commits rows (its asset)."""
+    source = output_asset(pipeline)
+
+    @dag(
+        dag_id=marts_dag_id(pipeline.name),
+        description=f"dbt marts of {pipeline.target_table}, on every commit of new rows",
+        schedule=[source],
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,  # events during a build queue into one run after it
+        default_args=DEFAULT_ARGS,
+        tags=["eosflow", "marts", f"pipeline:{pipeline.name}"],
+        doc_md=f"Runs when `{source.uri}` is updated: the ingest DAG and backfills emit that asset only "
+        "when a run committed rows (and its invariants passed). `dbt build --select tag:orders`: "
+        "the marts and their tests.",
+    )
+    def marts():
+        build_marts.override(inlets=[source], outlets=mart_assets(pipeline))(pipeline.name)
+
+    return marts()
 
 
 def build_compact_dag() -> DAG:
@@ -257,11 +287,14 @@ def build_compact_dag() -> DAG:
 def build_publish_dag(publisher: Publisher) -> DAG:
     """Every few minutes, what the outbox committed since into its topic (`eosflow publish`)."""
     interval = timedelta(minutes=int(os.environ.get("EOSFLOW_PUBLISH_INTERVAL_MINUTES", "5")))
+    table, topic = table_asset(publisher.table), topic_asset(publisher.topic)
 
     @dag(
         dag_id=publish_dag_id(publisher.name),
         description=f"{publisher.table} -> Kafka topic {publisher.topic}, exactly once",
-        schedule=interval,
+        # Also as soon as its table is rebuilt (a marts DAG emits it): the interval still catches rows
+        # written by anything else.
+        schedule=AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[table]),
         start_date=START,
         catchup=False,
         max_active_runs=1,  # one publisher at a time; a second one would fence the first
@@ -271,34 +304,48 @@ def build_publish_dag(publisher: Publisher) -> DAG:
         "its position in one Kafka transaction; a retried or cleared task continues from the position.",
     )
     def publish_dag():
-        publish_rows(publisher.name)
+        publish_rows.override(inlets=[table], outlets=[topic])(publisher.name)
 
     return publish_dag()
 
 
-def build_stream_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:
-    """Every few minutes, whether each stream pipeline's stream keeps up (none declared: no DAG)."""
-    streams = sorted(name for name, p in pipelines.items() if p.mode == "stream")
-    if not streams:
+def stale_limits(pipelines: dict[str, Pipeline]) -> dict[str, float]:
+    """Seconds without a commit, while records wait, after which each pipeline is stale: a batch
+    pipeline's N ingest intervals (EOSFLOW_STALE_INTERVALS, 3), a stream's
+    EOSFLOW_STREAM_STALE_MINUTES (5)."""
+    interval_s = 60 * float(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5"))
+    intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
+    stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
+    return {
+        name: stream_s if p.mode == "stream" else intervals * interval_s
+        for name, p in sorted(pipelines.items())
+    }
+
+
+def build_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:
+    """Every few minutes, whether each pipeline keeps up (none declared: no DAG)."""
+    if not pipelines:
         return None
-    stale_after = float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
+    limits = stale_limits(pipelines)
+    listed = ", ".join(f"{name} {limit / 60:g} min" for name, limit in limits.items())
 
     @dag(
-        dag_id="eosflow_stream_health",
-        description="Records wait and a stream has not committed lately: fail with the reason",
+        dag_id="eosflow_health",
+        description="Records wait and a pipeline has not committed for N intervals: fail with the reason",
         schedule=timedelta(minutes=5),
         start_date=START,
         catchup=False,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,  # a retry rides out a Kafka or Postgres hiccup; STALE never retries
-        tags=["eosflow", "stream", "health"],
-        doc_md=f"The stream pipelines ({', '.join(streams)}) run as services (`eosflow stream`), not in "
+        tags=["eosflow", "health"],
+        doc_md="Fails, with one line per pipeline and its on-failure alert, when a pipeline's records wait "
+        "in Kafka and it has not committed within its limit: a batch pipeline's EOSFLOW_STALE_INTERVALS "
+        "(3) ingest intervals (its DAG paused, failing or stuck), a stream pipeline's "
+        "EOSFLOW_STREAM_STALE_MINUTES (5; is `eosflow stream` running?). Streams run as services, not in "
         "Airflow: a task that never ends would hold a worker slot, and a scheduler or worker restart would "
-        "kill it. This DAG looks at what they leave in the ledger: it fails when a pipeline's records wait "
-        f"in Kafka and its stream has not committed for {stale_after:g} minutes "
-        "(EOSFLOW_STREAM_STALE_MINUTES).",
+        f"kill it. An idle pipeline is healthy. Limits: {listed}.",
     )
     def health():
-        stream_health(streams, stale_after)
+        pipeline_health(limits)
 
     return health()

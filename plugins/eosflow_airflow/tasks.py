@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from airflow.sdk import get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from eosflow_airflow.hooks import EosflowHook
 
@@ -14,6 +14,10 @@ log = logging.getLogger(__name__)
 
 def ingest_dag_id(pipeline_name: str) -> str:
     return f"eosflow_ingest_{pipeline_name}"
+
+
+def marts_dag_id(pipeline_name: str) -> str:
+    return f"eosflow_marts_{pipeline_name}"
 
 
 def acknowledge_hint(pipeline_name: str) -> str:
@@ -46,6 +50,7 @@ def plan(pipeline_name: str) -> dict:
     settings = EosflowHook().settings()
     context = get_current_context()
     acknowledge = bool(context["params"].get("acknowledge_data_loss", False))
+    mark = _ledger_mark(settings)  # before planning: a Kafka sink's plan step may mirror a commit
     try:
         planned, status = job.prepare(
             settings, pipeline_name, context["run_id"], log=log.info, acknowledge_data_loss=acknowledge
@@ -77,16 +82,73 @@ def plan(pipeline_name: str) -> dict:
         len(planned.nonempty),
         "\n".join(lines),
     )
-    return {"batch_id": planned.batch_id, "offsets": sum(r.span for r in planned.ranges)}
+    return {"batch_id": planned.batch_id, "offsets": sum(r.span for r in planned.ranges), "ledger_mark": mark}
+
+
+def _ledger_mark(settings) -> int:
+    """The ledger's newest row before this run commits: `announce` counts what comes after it."""
+    import psycopg
+
+    from eosflow.ingest import store
+    from eosflow.warehouse.migrate import migrate
+
+    migrate(settings.warehouse_dsn, log=log.info)
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        return store.ledger_mark(conn)
+
+
+@task(task_id="announce")
+def announce(pipeline_name: str | None = None, upstream: str = "plan") -> dict:
+    """The output asset's event, only when this run committed rows: empty runs, and plans a cleared run
+    finds already committed, are skipped and emit nothing. Its extra says what was committed.
+
+    The ingest DAG lists the pipeline's asset as this task's outlet; the backfill DAG (its pipeline is a
+    parameter) adds it to the `eosflow_backfill` alias instead.
+    """
+    import psycopg
+
+    from eosflow.ingest import pipelines, store
+    from eosflow_airflow.lineage import BACKFILL_ALIAS, output_asset
+
+    context = get_current_context()
+    name = pipeline_name or context["params"]["pipeline"]
+    settings = EosflowHook().settings()
+    pipeline = pipelines.load(settings, name)
+    asset = output_asset(pipeline)
+    pushed = context["ti"].xcom_pull(task_ids=upstream)
+    mark = pushed["ledger_mark"] if isinstance(pushed, dict) else None
+    if mark is None:
+        mark = context["ti"].xcom_pull(task_ids=upstream, key="ledger_mark")
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        committed = store.committed_since(conn, name, context["run_id"], int(mark))
+    if committed.rows_written == 0:
+        raise AirflowSkipException(
+            f"no rows committed by this run ({committed.line()}): no event for asset {asset.uri}"
+        )
+    extra = {
+        "pipeline": name,
+        "run_id": context["run_id"],
+        "rows_written": committed.rows_written,
+        "records_read": committed.records_read,
+        "rows_rejected": committed.rows_rejected,
+        "ranges": list(committed.ranges[:50]),  # a long backfill: the first 50
+    }
+    if pipeline_name is None:
+        context["outlet_events"][BACKFILL_ALIAS].add(asset, extra=extra)
+    else:
+        context["outlet_events"][asset].extra = extra
+    log.info("asset %s updated: %s", asset.uri, committed.line())
+    return extra
 
 
 @task(task_id="verify")
 def verify(pipeline_name: str | None = None) -> dict:
-    """Step 6: `dbt build` (invariants I1-I6, then the marts); a failure fails the run and says where."""
+    """Step 6: `dbt build` of the invariants I1-I6; a failure fails the run and says where. The marts are
+    built by the pipeline's marts DAG, scheduled on the asset `announce` emits after this check."""
     from eosflow.verify import verify_pipeline
 
     name = pipeline_name or get_current_context()["params"]["pipeline"]
-    result = verify_pipeline(EosflowHook().settings(), name)
+    result = verify_pipeline(EosflowHook().settings(), name, marts=False)
     log.info("dbt build for pipeline %s:\n%s", name, result.table())
     if not result.ok:
         first = result.failed[0] if result.failed else None
@@ -150,6 +212,7 @@ def validate_backfill() -> list[list[str]]:
         "\n".join(f"  {c}" for c in listed),
     )
     context["ti"].xcom_push(key="chunks", value=listed)  # the list, readable in the XCom tab too
+    context["ti"].xcom_push(key="ledger_mark", value=_ledger_mark(EosflowHook().settings()))
     if dry_run:
         # No chunk to map: spark_chunk expands to nothing and is skipped, and so is verify. The run ends
         # successful with nothing committed, and the grid shows at a glance that nothing ran.
@@ -213,19 +276,38 @@ def publish_rows(publisher_name: str) -> dict:
     except (PipelineConfigError, PublisherFencedError) as exc:
         raise AirflowFailException(str(exc)) from None  # a retry cannot help: fix, or let the newer one run
     log.info("%s", summary.line())
+    if summary.rows == 0:  # the topic's asset is emitted only when rows went out
+        raise AirflowSkipException(f"publisher {publisher_name}: no new rows; no event for its topic's asset")
     return {"rows": summary.rows, "transactions": summary.transactions}
 
 
-@task(task_id="stream_health")
-def stream_health(pipeline_names: list[str], stale_after_minutes: float) -> dict:
-    """Fails, with one line per pipeline, when records wait and a stream has not committed lately."""
-    from eosflow.ingest.stream_health import check
+@task(task_id="pipeline_health")
+def pipeline_health(limits_s: dict[str, float]) -> dict:
+    """Fails, with one line per pipeline, when records wait and a pipeline has not committed within its
+    limit (seconds, per pipeline)."""
+    from eosflow.ingest.health import check
 
     settings = EosflowHook().settings()
-    found = [check(settings, name, stale_after_minutes * 60) for name in pipeline_names]
+    found = [check(settings, name, limit) for name, limit in limits_s.items()]
     for health in found:
         log.info("%s", health.line())
     stale = [h.line() for h in found if not h.ok]
     if stale:
         raise AirflowFailException("; ".join(stale))  # the next run looks again: no retry
     return {h.pipeline: {"lag": h.lag, "last_commit_age_s": h.last_commit_age_s} for h in found}
+
+
+@task(task_id="dbt_marts")
+def build_marts(pipeline_name: str) -> dict:
+    """`dbt build` of the pipeline's marts and their tests, after its output asset was updated."""
+    from eosflow.verify import build_marts as dbt_marts
+
+    result = dbt_marts(EosflowHook().settings(), pipeline_name)
+    log.info("%s\n%s", result.table(), result.output[-3000:] if not result.ok else "")
+    if not result.ok:
+        first = result.failed[0] if result.failed else None
+        raise AirflowFailException(
+            f"the marts of pipeline {pipeline_name} did not build: "
+            + (first.describe().splitlines()[0].strip() if first else f"dbt exited {result.returncode}")
+        )
+    return {"pipeline": pipeline_name, "nodes": len(result.checks)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -152,7 +154,12 @@ def test_a_backfill_dry_run_lists_the_chunks_and_commits_nothing(case, airflow_d
     )
     states = _states(run)
     assert str(run.state) == "success", states
-    assert states == {"validate": "success", "spark_chunk": "skipped", "verify": "skipped"}
+    assert states == {
+        "validate": "success",
+        "spark_chunk": "skipped",
+        "verify": "skipped",
+        "announce": "skipped",
+    }
     with create_session() as session:
         [chunks] = session.scalars(
             XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids="validate", key="chunks")
@@ -211,3 +218,28 @@ def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airf
         "committed offsets are [0, 100)"
     )
     assert f"/dags/eosflow_backfill/runs/{quote(run.run_id)}/tasks/validate" in alert["log_url"]
+
+
+def test_the_health_dag_fails_when_records_wait_and_nothing_committed_for_n_intervals(
+    case, airflow_db, task_outcomes, monkeypatch
+):
+    from eosflow_airflow.dags import build_health_dag
+
+    monkeypatch.setenv("EOSFLOW_INGEST_INTERVAL_MINUTES", "1")
+    monkeypatch.setenv("EOSFLOW_STALE_INTERVALS", "0.05")  # 3 s: this test cannot wait 3 intervals
+    case.produce(80, seed=406, partitions=2)
+    case.ingest()
+    dag = task_outcomes.watch(build_health_dag({case.name: case.pipeline}))
+    assert str(dag.test().state) == "success"  # caught up
+
+    case.produce(25, seed=407, partitions=2)
+    time.sleep(4)  # records wait, and the last commit is older than the limit
+    run = dag.test()
+    assert str(run.state) == "failed"
+    (reason,) = task_outcomes.failed["pipeline_health"]
+    assert f"pipeline {case.name}: lag 25" in str(reason) and "STALE: 25 records wait" in str(reason)
+    assert f"eosflow_ingest_{case.name} paused" in str(reason)
+    assert "pipeline_health" not in task_outcomes.retried  # stale is no hiccup: no retry
+
+    case.ingest()
+    assert str(dag.test().state) == "success"

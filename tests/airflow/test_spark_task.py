@@ -86,7 +86,12 @@ def test_a_fenced_spark_task_fails_once_with_eosflows_fenced_line(case, airflow_
 
     run = dag.test(logical_date=when, run_after=when)
     assert run.run_id == run_id
-    assert _states(run) == {"plan": "success", "spark_ingest": "failed", "verify": "upstream_failed"}
+    assert _states(run) == {
+        "plan": "success",
+        "spark_ingest": "failed",
+        "verify": "upstream_failed",
+        "announce": "upstream_failed",
+    }
     assert _tries(run, "spark_ingest") == 1 and dict(task_outcomes.retried) == {}
     [error] = task_outcomes.failed["spark_ingest"]
     assert isinstance(error, AirflowFailException), repr(error)
@@ -110,7 +115,12 @@ def test_data_loss_fails_the_plan_once_and_a_run_acknowledging_it_records_the_lo
 
     refused = dag.test()  # as a scheduled run: nothing acknowledged
     states = _states(refused)
-    assert states == {"plan": "failed", "spark_ingest": "upstream_failed", "verify": "upstream_failed"}
+    assert states == {
+        "plan": "failed",
+        "spark_ingest": "upstream_failed",
+        "verify": "upstream_failed",
+        "announce": "upstream_failed",
+    }
     assert _tries(refused, "plan") == 1 and dict(task_outcomes.retried) == {}
     [error] = task_outcomes.failed["plan"]
     assert isinstance(error, AirflowFailException), repr(error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -67,3 +68,56 @@ def test_a_cleared_ingest_task_reruns_without_duplicating_anything(airflow_serve
     assert code == 200 and tries["try_number"] >= 2  # it really ran again
     assert sorted(pipeline.event_ids()) == rows and pipeline.ledger() == ledger
     assert pipeline.violations() == []
+
+
+def _asset_events(server, run_id: str) -> list[dict]:
+    code, body = server.request(
+        "GET", f"/api/v2/assets/events?source_run_id={quote(run_id)}&limit=100", token=server.token()
+    )
+    assert code == 200, body
+    return body["asset_events"]
+
+
+def _trigger(server, dag_id: str) -> str:
+    code, run = server.request(
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None}, token=server.token()
+    )
+    assert code in (200, 201), run
+    assert server.wait_for_run(dag_id, run["dag_run_id"]) == "success", server.log_tail()
+    return run["dag_run_id"]
+
+
+def test_a_run_that_commits_rows_schedules_the_marts_dag_and_an_idle_run_emits_nothing(airflow_server):
+    server, pipeline = airflow_server
+    ingest, marts = f"eosflow_ingest_{pipeline.name}", f"eosflow_marts_{pipeline.name}"
+    manifest = pipeline.produce(200, seed=517, partitions=2)
+    committed = _trigger(server, ingest)
+    (event,) = _asset_events(server, committed)
+    assert event["uri"].startswith("postgres://") and event["uri"].endswith(f"/raw/{pipeline.name}")
+    assert event["source_task_id"] == "announce" and event["extra"]["rows_written"] >= 200
+
+    # The scheduler starts the marts DAG on that event, and the mart holds the new events.
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        code, body = server.request(
+            "GET", f"/api/v2/dags/{marts}/dagRuns?limit=100&order_by=-run_after", token=server.token()
+        )
+        assert code == 200, body
+        after = [r for r in body["dag_runs"] if r["run_after"] >= event["timestamp"]]
+        if after and after[0]["state"] in ("success", "failed"):
+            assert after[0]["state"] == "success" and after[0]["run_type"] == "asset_triggered"
+            break
+        time.sleep(3)
+    else:
+        raise AssertionError(f"no run of {marts} after the asset event in 240 s:\n{server.log_tail()}")
+    schema = f"analytics_{pipeline.name}"
+    ids = {str(r[0]) for r in pipeline.query(f"select event_id from {schema}.order_events")}
+    assert {r.event_id for r in manifest.visible()} <= ids
+
+    # Nothing new in Kafka: the next run commits nothing and emits no event.
+    idle = _trigger(server, ingest)
+    assert _asset_events(server, idle) == []
+    code, tis = server.request(
+        "GET", f"/api/v2/dags/{ingest}/dagRuns/{quote(idle)}/taskInstances/announce", token=server.token()
+    )
+    assert code == 200 and tis["state"] == "skipped"

@@ -36,12 +36,45 @@ def test_every_dag_has_tags_and_every_task_retries_at_least_twice(dagbag):
             assert task.retries >= 2, f"{dag.dag_id}.{task.task_id} retries {task.retries}"
 
 
-def test_ingest_dags_never_overlap_and_publish_their_table_as_an_asset(dagbag):
+def test_ingest_dags_never_overlap_and_announce_their_table_after_the_checks(dagbag, settings):
     dag = dagbag.dags["eosflow_ingest_orders"]
     assert dag.max_active_runs == 1
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "spark_ingest", "verify"]
-    outlets = dag.get_task("spark_ingest").outlets
-    assert [a.name for a in outlets] == ["warehouse.raw.orders"]
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "spark_ingest", "verify", "announce"]
+    # Lineage: the topic in, the table out, both named where they live (the providers' URI formats).
+    (read,) = dag.get_task("announce").inlets
+    (written,) = dag.get_task("announce").outlets
+    kafka = settings.bootstrap_servers.split(",")[0]
+    assert read.uri == f"kafka://{kafka}/orders"
+    assert (
+        written.uri == f"postgres://{settings.pg_host}:{settings.pg_port}/{settings.pg_database}/raw/orders"
+    )
+    # A run that commits nothing must not emit; and no Airflow asset trouble may fail the ingest itself.
+    assert dag.get_task("spark_ingest").outlets == [] and dag.get_task("spark_ingest").inlets == []
+
+
+def test_the_marts_dag_is_scheduled_on_the_table_and_the_publisher_on_the_mart(dagbag, settings):
+    marts = dagbag.dags["eosflow_marts_orders"]
+    (table,) = marts.timetable.asset_condition.objects
+    assert table.uri.endswith(f":{settings.pg_port}/{settings.pg_database}/raw/orders")
+    where = f"postgres://{settings.pg_host}:{settings.pg_port}/{settings.pg_database}"
+    outlets = marts.get_task("dbt_marts").outlets
+    assert [a.uri for a in outlets] == [
+        f"{where}/analytics/order_events",
+        f"{where}/analytics/event_counts_hourly",
+        f"{where}/analytics/orders_published",
+    ]
+    # Named by their URIs: a name kept across a URI change would leave the new asset inactive.
+    assert all(a.name == a.uri for a in outlets)
+    # The round trip declares the orders columns too: its marts live in a schema of their own.
+    roundtrip = dagbag.dags["eosflow_marts_orders_roundtrip"].get_task("dbt_marts").outlets
+    assert roundtrip[0].uri == f"{where}/analytics_orders_roundtrip/order_events"
+    publish = dagbag.dags["eosflow_publish_orders_published"]
+    (mart,) = publish.timetable.asset_condition.objects
+    assert mart.uri == f"{where}/analytics/orders_published"
+    kafka = settings.bootstrap_servers.split(",")[0]
+    assert [a.uri for a in publish.get_task("publish").outlets] == [f"kafka://{kafka}/orders.published"]
+    backfill = dagbag.dags["eosflow_backfill"]
+    assert [a.name for a in backfill.get_task("announce").outlets] == ["eosflow_backfill"]  # an alias
 
 
 def test_dag_files_do_no_network_or_database_io_at_import(monkeypatch):
@@ -173,17 +206,21 @@ def streamed_orders(tmp_path, monkeypatch):
     return orders_declared(tmp_path, monkeypatch, mode="stream")
 
 
-def test_no_stream_pipeline_no_health_dag(dagbag):
-    assert "eosflow_stream_health" not in dagbag.dag_ids  # the project's pipelines are all batch
+def test_the_health_dag_checks_every_pipeline_against_n_of_its_intervals(dagbag):
+    (task,) = dagbag.dags["eosflow_health"].tasks
+    assert task.task_id == "pipeline_health" and task.retries >= 2
+    limits = task.op_args[0]
+    assert set(limits) == {"orders", "orders_roundtrip"}  # every pipeline of pipelines.yml
+    # EOSFLOW_STALE_INTERVALS (3) x EOSFLOW_INGEST_INTERVAL_MINUTES
+    assert limits["orders"] == 3 * _interval().total_seconds()
 
 
 def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_checks_it(streamed_orders):
     assert type(streamed_orders.dags["eosflow_ingest_orders"].timetable).__name__ == "NullTimetable"
     assert streamed_orders.dags["eosflow_ingest_orders_roundtrip"].timetable.delta == _interval()
-    health = streamed_orders.dags["eosflow_stream_health"]
-    (task,) = health.tasks
-    assert task.task_id == "stream_health" and task.retries >= 2
-    assert list(task.op_args) == [["orders"], 5.0]  # only the stream pipelines; EOSFLOW_STREAM_STALE_MINUTES
+    (task,) = streamed_orders.dags["eosflow_health"].tasks
+    # a stream's limit is EOSFLOW_STREAM_STALE_MINUTES (5), a batch pipeline's 3 intervals
+    assert task.op_args[0] == {"orders": 300.0, "orders_roundtrip": 3 * _interval().total_seconds()}
 
 
 # -- The backfill form ----------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ class Pipeline:
     # positions still come from the ledger. Opt-in: each wake-up costs a run (a Spark start).
     wake_on_records: bool = False
     # batch: the ingest DAG runs on its interval. stream: `eosflow stream` runs it (a service); the ingest
-    # DAG runs only when triggered, and eosflow_stream_health checks the stream keeps up.
+    # DAG runs only when triggered, and eosflow_health checks the stream keeps up.
     mode: str = "batch"
 
     @property

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
@@ -285,3 +286,44 @@ def committed_counts(conn: psycopg.Connection, batch_id: str) -> dict[tuple[str,
         (batch_id,),
     ).fetchall()
     return {(t, p): (r, w, j) for t, p, r, w, j in rows}
+
+
+def ledger_mark(conn: psycopg.Connection) -> int:
+    """The ledger's newest row id: the rows a run commits after this call all have larger ids."""
+    (mark,) = conn.execute("select coalesce(max(id), 0) from eosflow.ledger").fetchone()
+    return mark
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one orchestrator run committed after a mark: the ledger rows of its plans."""
+
+    ranges: tuple[str, ...]  # "topic[partition] [start, end) kind", in commit order
+    records_read: int
+    rows_written: int
+    rows_rejected: int
+
+    def line(self) -> str:
+        return (
+            f"{len(self.ranges)} range(s), {self.records_read:,} records read, {self.rows_written:,} rows "
+            f"written, {self.rows_rejected:,} rejected"
+        )
+
+
+def committed_since(conn: psycopg.Connection, pipeline: str, run_id: str, mark: int) -> Committed:
+    """The ranges the run `run_id` of `pipeline` committed after `ledger_mark` returned `mark`.
+
+    A plan found already committed (a cleared run) adds no ledger row, so it counts nothing.
+    """
+    rows = conn.execute(
+        "select l.topic, l.partition, l.start_offset, l.end_offset, l.kind, l.records_read, "
+        "l.rows_written, l.rows_rejected from eosflow.ledger l join eosflow.plans p using (batch_id) "
+        "where l.pipeline = %s and p.run_id = %s and l.id > %s order by l.id",
+        (pipeline, run_id, mark),
+    ).fetchall()
+    return Committed(
+        tuple(f"{t}[{p}] [{s}, {e}) {k}" for t, p, s, e, k, *_ in rows),
+        sum(r[5] for r in rows),
+        sum(r[6] for r in rows),
+        sum(r[7] for r in rows),
+    )

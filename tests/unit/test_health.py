@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from eosflow.ingest.health import PipelineHealth, judge
 from eosflow.ingest.pipelines import PipelineConfigError, load_all
-from eosflow.ingest.stream_health import StreamHealth, judge
 from tests import orders
 
 
@@ -28,10 +28,10 @@ def test_a_stream_is_stale_only_when_records_wait_and_it_has_not_committed_withi
 
 
 def test_the_reason_names_the_lag_the_silence_and_the_fix():
-    line = StreamHealth("orders", 1234, 900.0, 300.0).line()
+    line = PipelineHealth("orders", 1234, 900.0, 300.0).line()
     assert line.startswith("pipeline orders: lag 1,234, last stream commit 900s ago: STALE")
     assert "has not committed for 900s (limit 300s)" in line and "systemctl status eosflow-stream@" in line
-    assert StreamHealth("orders", 0, None, 300.0).line().endswith("last stream commit never: healthy")
+    assert PipelineHealth("orders", 0, None, 300.0).line().endswith("last stream commit never: healthy")
 
 
 def _declare(tmp_path, **changes):
@@ -66,3 +66,12 @@ def test_mode_is_batch_by_default_and_stream_when_declared(tmp_path):
 def test_a_wrong_mode_is_refused_naming_the_fix(tmp_path, changes, message):
     with pytest.raises(PipelineConfigError, match=message):
         load_all(None, _declare(tmp_path, **changes))
+
+
+def test_a_batch_pipeline_s_reason_points_at_its_ingest_dag():
+    line = PipelineHealth("clicks", 40, None, 900.0, mode="batch").line()
+    assert line.startswith(
+        "pipeline clicks: lag 40, last commit never: STALE: 40 records wait and the pipeline"
+    )
+    assert "has never committed (limit 900s)" in line and "eosflow_ingest_clicks paused" in line
+    assert PipelineHealth("clicks", 40, 899.0, 900.0, mode="batch").ok

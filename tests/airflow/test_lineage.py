@@ -1,0 +1,114 @@
+"""Lineage: a run emits its output asset only when it committed rows; the marts DAG builds on it."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _events(uri: str) -> list[dict]:
+    """The asset events Airflow recorded for `uri`, oldest first: source and extra."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetEvent.source_dag_id, AssetEvent.source_task_id, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetModel.uri == uri)
+            .order_by(AssetEvent.id)
+        ).all()
+    return [{"dag": d, "task": t, "extra": e} for d, t, e in rows]
+
+
+def _state(run, task_id: str) -> str:
+    (ti,) = [ti for ti in run.get_task_instances() if ti.task_id == task_id and ti.map_index < 0]
+    return str(ti.state)
+
+
+def test_the_ingest_dag_emits_its_table_only_when_a_run_committed_rows(case, airflow_db):
+    from eosflow_airflow.dags import build_ingest_dag
+    from eosflow_airflow.lineage import output_asset
+
+    uri = output_asset(case.pipeline).uri
+    assert uri.endswith(f"/{case.settings.pg_database}/raw/{case.name}") and uri.startswith("postgres://")
+    case.produce(300, seed=601, partitions=2)
+    dag = build_ingest_dag(case.pipeline)
+
+    first = dag.test()
+    assert str(first.state) == "success" and _state(first, "announce") == "success"
+    (event,) = _events(uri)
+    assert event["dag"] == dag.dag_id and event["task"] == "announce"
+    extra = event["extra"]
+    assert (extra["rows_written"], extra["records_read"], extra["pipeline"]) == (300, 300, case.name)
+    assert extra["run_id"] == first.run_id and len(extra["ranges"]) == 2
+
+    # Nothing new in Kafka: the run succeeds, announce is skipped, no event (the marts do not rebuild).
+    idle = dag.test()
+    assert str(idle.state) == "success" and _state(idle, "announce") == "skipped"
+    assert len(_events(uri)) == 1
+
+    # A cleared run finds its plan committed: it commits nothing again, and emits nothing again.
+    cleared = case.ingest_process("--run-id", first.run_id)
+    assert cleared.returncode == 0 and "ALREADY COMMITTED" in cleared.stdout
+    assert len(_events(uri)) == 1
+
+
+def test_a_backfill_replay_emits_the_table_through_the_backfill_alias_and_a_dry_run_does_not(
+    case, airflow_db
+):
+    from eosflow_airflow.dags import build_backfill_dag
+    from eosflow_airflow.lineage import output_asset
+
+    uri = output_asset(case.pipeline).uri
+    case.produce(200, seed=602, partitions=1)
+    case.ingest()
+    dag = build_backfill_dag({case.name: case.pipeline})
+    conf = {"pipeline": case.name, "mode": "replay", "partitions": "0", "chunk_size": 100}
+
+    dry = dag.test(run_conf=conf | {"dry_run": True})
+    assert str(dry.state) == "success" and _state(dry, "announce") == "skipped"
+    assert _events(uri) == []
+
+    replay = dag.test(run_conf=conf | {"dry_run": False})  # dag.test keeps the last run's conf
+    assert str(replay.state) == "success", [(t.task_id, t.state) for t in replay.get_task_instances()]
+    (event,) = _events(uri)
+    assert event["dag"] == "eosflow_backfill"
+    assert event["extra"]["rows_written"] == 200 and all(
+        r.endswith("replay") for r in event["extra"]["ranges"]
+    )
+
+
+def test_the_marts_dag_builds_the_marts_of_its_pipeline(case, airflow_db):
+    from eosflow_airflow.dags import build_ingest_dag, build_marts_dag
+
+    case.produce(250, seed=603, partitions=2)
+    assert str(build_ingest_dag(case.pipeline).test().state) == "success"
+    schema = f"analytics_{case.name}"
+    # The ingest DAG checks the invariants only; the marts are the marts DAG's.
+    assert case.query("select to_regclass(%s)", f"{schema}.order_events") == [(None,)]
+    run = build_marts_dag(case.pipeline).test()
+    assert str(run.state) == "success"
+    (count,) = case.query(f"select count(*) from {schema}.order_events")[0]
+    assert count == 250
+
+
+def test_an_asset_left_by_earlier_eosflow_does_not_make_the_new_one_inactive(case, airflow_db):
+    """eosflow named the table's asset `warehouse.raw.<table>` with the URI postgres://warehouse/raw/<table>
+    before the URIs named the database. Airflow keeps names unique among active assets: had the name
+    stayed with the new URI, the new asset would be inactive and `announce` would fail."""
+    from airflow.models.asset import AssetActive, AssetModel
+    from airflow.utils.session import create_session
+
+    from eosflow_airflow.dags import build_ingest_dag
+
+    earlier = {"name": f"warehouse.raw.{case.name}", "uri": f"postgres://warehouse/raw/{case.name}"}
+    with create_session() as session:  # as a scheduler left it: active, until it orphans the asset
+        session.add(AssetModel(**earlier, group="asset"))
+        session.flush()
+        session.add(AssetActive(**earlier))
+    case.produce(50, seed=604, partitions=1)
+    run = build_ingest_dag(case.pipeline).test()
+    assert str(run.state) == "success" and _state(run, "announce") == "success"
