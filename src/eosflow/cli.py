@@ -224,6 +224,19 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     return serve(settings_mod.load(), log=_log)
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from eosflow.observe.exporter import serve
+
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit() or not host:
+        _log(
+            f"--listen {args.listen!r}: give host:port, e.g. 127.0.0.1:9464 "
+            "(0.0.0.0:9464 for every interface)"
+        )
+        return 2
+    return serve(settings_mod.load(), host, int(port), log=_log)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from eosflow.demo import run
 
@@ -330,6 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
     p.set_defaults(func=cmd_airflow)
+
+    p = sub.add_parser(
+        "metrics",
+        help="the pipelines' Prometheus metrics without an Airflow login (what /eosflow/metrics serves)",
+    )
+    p.add_argument(
+        "--listen", default="127.0.0.1:9464", help="host:port to serve /metrics on (default 127.0.0.1:9464)"
+    )
+    p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser(
         "demo", help="the main job end to end on the local stack, then the round trip back through Kafka"
