@@ -73,7 +73,9 @@ class AirflowServer:
         return process.tail(self.log_path, 60)
 
 
-def start(settings, state_dir: Path, pipelines_file: Path, timeout: float = 240) -> AirflowServer:
+def start(
+    settings, state_dir: Path, pipelines_file: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> AirflowServer:
     s = dataclasses.replace(settings, state_dir=state_dir, airflow_port=free_port())
     log_path = state_dir / "standalone.log"
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,11 @@ def start(settings, state_dir: Path, pipelines_file: Path, timeout: float = 240)
         log=lambda m: None,
         stdout=out,
         stderr=out,
-        extra_env={"EOSFLOW_PIPELINES": str(pipelines_file), "EOSFLOW_STATE_DIR": str(settings.state_dir)},
+        extra_env={
+            "EOSFLOW_PIPELINES": str(pipelines_file),
+            "EOSFLOW_STATE_DIR": str(settings.state_dir),
+            **(env or {}),
+        },
     )
     server = AirflowServer(
         f"http://127.0.0.1:{s.airflow_port}", airflow_local.admin_password(s), proc, log_path

@@ -1,35 +1,63 @@
-"""The eosflow view in a real browser (Debian's Chromium, Playwright): log in to Airflow, open
-"eosflow pipelines" from the navigation, and see the pipeline's partitions, lag and invariants."""
+"""The eosflow view in a real browser (Debian's Chromium, Playwright), after the demo: log in to Airflow,
+open "eosflow pipelines" from the navigation, and see the demo pipeline's partitions, lag and invariants."""
 
 from __future__ import annotations
 
 import re
+import secrets
+import subprocess
+import sys
 
 import pytest
 
-from eosflow.verify import verify_pipeline
+from eosflow import airflow_server as standalone
+from eosflow.ingest import pipelines
+from eosflow.produce import events
+from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from tests.airflow.test_browser import ARTIFACTS, browser, log_in, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_view_shows_the_pipeline_in_the_airflow_ui(airflow_server, page, monkeypatch):  # noqa: F811
+@pytest.fixture(scope="module")
+def after_the_demo(running_stack, tmp_path_factory):
+    """What `make demo` then `make airflow` leave: the demo's orders committed and verified, and Airflow
+    with the project's pipelines.yml (its DAGs paused: the view is what is looked at)."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "demo", "--no-round-trip"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert demo.returncode == 0 and "EXACTLY ONCE" in demo.stdout, demo.stdout[-3000:] + demo.stderr[-3000:]
+    orders = pipelines.load(running_stack, "orders")
+    seed = secrets.randbits(31)  # new event ids: the next demo ingests these too
+    producer = EventProducer(running_stack.kafka, orders.topic, Delivery(), seed=seed)
+    produce_stream(producer, events.generate(seed, 60), seed)  # some lag to show
+    server = standalone.start(
+        running_stack,
+        tmp_path_factory.mktemp("demo-airflow") / "state",
+        running_stack.root / "pipelines.yml",
+        env={"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"},
+    )
+    yield server, orders
+    standalone.stop(server)
+
+
+def test_the_view_shows_the_demo_pipeline_in_the_airflow_ui(after_the_demo, page):  # noqa: F811
     from playwright.sync_api import expect
 
-    server, pipeline = airflow_server
-    monkeypatch.setenv("EOSFLOW_PIPELINES", str(pipeline.config_path))
-    assert verify_pipeline(pipeline.settings, pipeline.name).ok
-    pipeline.produce(40, seed=504, partitions=2)  # some lag to show
+    server, orders = after_the_demo
     page.set_viewport_size({"width": 1400, "height": 1500})
     log_in(page, server)
     page.get_by_role("button", name=re.compile("Browse")).click()
     page.get_by_role("menuitem", name="eosflow pipelines").click()
     expect(page).to_have_url(re.compile(r"/plugin/eosflow"))
     view = page.frame_locator("iframe")
-    expect(view.locator(f"h2#{pipeline.name}")).to_contain_text(pipeline.topic)
-    partitions = view.locator(f"h2#{pipeline.name} ~ table.partitions").first
-    expect(partitions).to_contain_text(f"{pipeline.topic}[0]")
-    expect(partitions).to_contain_text(f"{pipeline.topic}[1]")
+    expect(view.locator("h2#orders")).to_contain_text(orders.topic)
+    partitions = view.locator("h2#orders ~ table.partitions").first
+    for partition in range(6):  # the demo's topic has six
+        expect(partitions).to_contain_text(f"{orders.topic}[{partition}]")
     expect(view.get_by_text("invariants hold").first).to_be_visible()
     expect(view.locator("table.checks").first).to_contain_text("unique_kafka_coordinates")
     ARTIFACTS.mkdir(exist_ok=True)
