@@ -244,11 +244,18 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
 def build_marts_dag(pipeline: Pipeline) -> DAG:
     """The pipeline's dbt marts, rebuilt whenever its ingest or a backfill commits rows (its asset)."""
     source = output_asset(pipeline)
+    # A stream commits outside Airflow and emits no asset event: its marts also rebuild every interval.
+    interval = timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
+    schedule = (
+        AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[source])
+        if pipeline.mode == "stream"
+        else [source]
+    )
 
     @dag(
         dag_id=marts_dag_id(pipeline.name),
         description=f"dbt marts of {pipeline.target_table}, on every commit of new rows",
-        schedule=[source],
+        schedule=schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,  # events during a build queue into one run after it

@@ -221,6 +221,9 @@ def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_che
     (task,) = streamed_orders.dags["eosflow_health"].tasks
     # a stream's limit is EOSFLOW_STREAM_STALE_MINUTES (5), a batch pipeline's 3 intervals
     assert task.op_args[0] == {"orders": 300.0, "orders_roundtrip": 3 * _interval().total_seconds()}
+    # A stream's commits emit no asset event: its marts rebuild every interval too.
+    marts = streamed_orders.dags["eosflow_marts_orders"].timetable
+    assert type(marts).__name__ == "AssetOrTimeSchedule" and marts.timetable.delta == _interval()
 
 
 # -- The backfill form ----------------------------------------------------------------------------------
