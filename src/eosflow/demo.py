@@ -57,7 +57,10 @@ def run(settings: Settings, log=print, round_trip_too: bool = True) -> int:
     manifest.write(settings.state_dir / "manifests" / f"demo-{seed}.json")
     _produce_malformed(settings, pipeline.topic)
 
-    log(f"2/{steps} running the Airflow DAG {DAG_ID} end to end (airflow dags test: plan, Spark, verify, announce)")
+    log(
+        f"2/{steps} running the Airflow DAG {DAG_ID} end to end "
+        "(airflow dags test: plan, Spark, verify, announce)"
+    )
     run_id = _run_dag(settings, DAG_ID, log)
     if run_id is None or not _show_run(settings, PIPELINE, run_id, log):
         return 1
