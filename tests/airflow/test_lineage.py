@@ -112,3 +112,17 @@ def test_an_asset_left_by_earlier_eosflow_does_not_make_the_new_one_inactive(cas
     case.produce(50, seed=604, partitions=1)
     run = build_ingest_dag(case.pipeline).test()
     assert str(run.state) == "success" and _state(run, "announce") == "success"
+
+
+def test_a_run_planned_without_a_ledger_mark_still_announces_what_it_committed(case, airflow_db, monkeypatch):
+    """A run planned by an eosflow before lineage (in flight through an upgrade) pushed no mark."""
+    from eosflow_airflow import tasks
+    from eosflow_airflow.dags import build_ingest_dag
+    from eosflow_airflow.lineage import output_asset
+
+    monkeypatch.setattr(tasks, "_ledger_mark", lambda settings: None)
+    case.produce(40, seed=605, partitions=1)
+    run = build_ingest_dag(case.pipeline).test()
+    assert str(run.state) == "success" and _state(run, "announce") == "success"
+    (event,) = _events(output_asset(case.pipeline).uri)
+    assert event["extra"]["rows_written"] == 40
