@@ -243,3 +243,25 @@ def test_the_health_dag_fails_when_records_wait_and_nothing_committed_for_n_inte
 
     case.ingest()
     assert str(dag.test().state) == "success"
+
+
+def test_one_pipeline_that_cannot_be_checked_does_not_hide_another_s_staleness(
+    case, airflow_db, task_outcomes, monkeypatch
+):
+    import yaml
+
+    from eosflow.ingest import pipelines
+    from eosflow_airflow.dags import build_health_dag
+
+    monkeypatch.setenv("EOSFLOW_STALE_INTERVALS", "0.01")
+    case.produce(30, seed=408, partitions=1)  # never ingested: stale
+    ghost = dict(case.spec, topics=[f"missing.{case.name}"], target_table=f"raw.ghost_{case.name}")
+    case.config_path.write_text(
+        yaml.safe_dump({"pipelines": {case.name: case.spec, f"g_{case.name}": ghost}})
+    )
+    declared = pipelines.load_all(case.settings, case.config_path)
+    run = task_outcomes.watch(build_health_dag(declared)).test()
+    assert str(run.state) == "failed"
+    (reason,) = task_outcomes.failed["pipeline_health"]
+    assert f"pipeline {case.name}: lag 30" in str(reason) and "STALE" in str(reason)
+    assert f"pipeline g_{case.name}: could not be checked: TopicMissingError" in str(reason)
