@@ -122,9 +122,13 @@ class VerifyResult:
         return "\n".join(lines)
 
 
-def dbt_dirs(settings: Settings, pipeline_name: str) -> tuple[Path, Path]:
-    """(target, logs) of one pipeline's dbt runs, under the state directory."""
+def dbt_dirs(settings: Settings, pipeline_name: str, purpose: str = "verify") -> tuple[Path, Path]:
+    """(target, logs) of one pipeline's dbt runs, under the state directory. The marts build has its own:
+    it runs in its own DAG, possibly while the next ingest verifies, and dbt's run_results.json and partial
+    parse state would otherwise be one file for both."""
     base = settings.state_dir / "dbt" / pipeline_name
+    if purpose != "verify":
+        base = base / purpose
     return base / "target", base / "logs"
 
 
@@ -136,6 +140,7 @@ def run_dbt(
     timeout_s: float = 600,
     business_key: str | None = "event_id",
     marts: bool = True,
+    purpose: str = "verify",
 ) -> VerifyResult:
     """`dbt build` of the project for one pipeline; `output_table` is `schema.table` (or `table` in raw).
 
@@ -145,7 +150,7 @@ def run_dbt(
     """
     schema, _, table = output_table.rpartition(".")
     schema = schema or "raw"
-    target_dir, log_dir = dbt_dirs(settings, pipeline_name)
+    target_dir, log_dir = dbt_dirs(settings, pipeline_name, purpose)
     target_dir.mkdir(parents=True, exist_ok=True)
     results_path = target_dir / "run_results.json"
     results_path.unlink(missing_ok=True)  # never read a previous run's results
@@ -276,6 +281,7 @@ def build_marts(settings: Settings, pipeline_name: str) -> VerifyResult:
         pipeline.target_table,
         select=["tag:orders"],
         business_key=pipeline.schema.business_key,
+        purpose="marts",
     )
 
 

@@ -126,3 +126,25 @@ def test_a_run_planned_without_a_ledger_mark_still_announces_what_it_committed(c
     assert str(run.state) == "success" and _state(run, "announce") == "success"
     (event,) = _events(output_asset(case.pipeline).uri)
     assert event["extra"]["rows_written"] == 40
+
+
+def test_the_marts_build_and_the_next_verify_can_run_at_once(case):
+    """They run in different DAGs, so at the same time; each must read its own dbt results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eosflow.verify import build_marts, verify_pipeline
+
+    case.produce(120, seed=606, partitions=2)
+    case.ingest()
+    assert verify_pipeline(case.settings, case.name, marts=False).ok  # as the ingest DAG did before
+    case.produce(30, seed=607, partitions=2)
+    case.ingest()  # the next run commits, and verifies while the marts build on the first one's event
+    with ThreadPoolExecutor(2) as pool:
+        checked = pool.submit(verify_pipeline, case.settings, case.name, marts=False)
+        built = pool.submit(build_marts, case.settings, case.name)
+        checked, built = checked.result(), built.result()
+    assert checked.target_dir != built.target_dir
+    assert checked.ok and sorted(c.invariant for c in checked.checks if c.invariant) == [
+        f"I{n}" for n in range(1, 7)
+    ]
+    assert built.ok and {c.name for c in built.checks} >= {"unique_order_events_event_id"}
