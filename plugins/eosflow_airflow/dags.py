@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
 
 from eosflow.ingest.backfill import MODES
+from eosflow.ingest.health import stale_limits
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.publish.declaration import Publisher
 from eosflow_airflow.lineage import (
@@ -314,19 +315,6 @@ def build_publish_dag(publisher: Publisher) -> DAG:
         publish_rows.override(inlets=[table], outlets=[topic])(publisher.name)
 
     return publish_dag()
-
-
-def stale_limits(pipelines: dict[str, Pipeline]) -> dict[str, float]:
-    """Seconds without a commit, while records wait, after which each pipeline is stale: a batch
-    pipeline's N ingest intervals (EOSFLOW_STALE_INTERVALS, 3), a stream's
-    EOSFLOW_STREAM_STALE_MINUTES (5)."""
-    interval_s = 60 * float(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5"))
-    intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
-    stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
-    return {
-        name: stream_s if p.mode == "stream" else intervals * interval_s
-        for name, p in sorted(pipelines.items())
-    }
 
 
 def build_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:

@@ -51,12 +51,19 @@ def _pipeline(s: PipelineState, partition: int | None) -> str:
             "<span class='ok'>invariants hold</span>" if checks else "<span class='bad'>CHECKS FAILING</span>"
         )
     )
+    health = s.health
     cards = [
         ("lag", f"{s.lag:,} records"),
         ("last commit", _ago(s.last_commit)),
         ("read", f"{s.totals.get('read', 0):,}"),
         ("rejected", f"{s.totals.get('rejected', 0):,}"),
         ("checks", verdict),
+        (
+            "health",
+            "<span class='muted'>not judged</span>"
+            if health is None
+            else ("<span class='ok'>keeping up</span>" if health.ok else "<span class='bad'>STALE</span>"),
+        ),
     ]
     parts = [
         f"<h2 id='{escape(p.name)}'>{escape(p.name)} <span class='muted'>"
@@ -65,6 +72,8 @@ def _pipeline(s: PipelineState, partition: int | None) -> str:
     ]
     if s.kafka_error:
         parts.append(f"<p class='bad'>Kafka did not answer: {escape(s.kafka_error)}</p>")
+    if health is not None and not health.ok:
+        parts.append(f"<p class='bad'>{escape(health.line())}</p>")  # what eosflow_health fails with
     parts.append(_partitions(s))
     parts.append(_chart(s))
     parts.append(_checks(s))

@@ -12,7 +12,9 @@ from eosflow_airflow.view_page import page
 from tests.orders import PIPELINES_YML
 
 
-def state(checks_fail: bool = False, kafka_error: str | None = None) -> PipelineState:
+def state(
+    checks_fail: bool = False, kafka_error: str | None = None, stale_after_s: float | None = 900.0
+) -> PipelineState:
     now = datetime.now(UTC)  # at the call: the ages shown are measured from it
     pipeline = load_all(None, PIPELINES_YML)["orders"]
     checks = [
@@ -58,6 +60,8 @@ def state(checks_fail: bool = False, kafka_error: str | None = None) -> Pipeline
         [{"hour": now - timedelta(hours=h), "records": 100 * h, "lag": 10 * h} for h in range(24, 0, -1)],
         {"read": 180, "written": 179, "rejected": 1},
         kafka_error,
+        None,  # not a stream
+        stale_after_s,
     )
 
 
@@ -100,3 +104,16 @@ def test_the_metrics_carry_lag_positions_counts_commit_age_and_check_status():
     age = next(line for line in text.splitlines() if line.startswith("eosflow_last_commit_age_seconds{"))
     assert 29.0 <= float(age.split()[-1]) < 120.0
     assert 'eosflow_kafka_reachable{pipeline="orders"} 1.0' in text
+
+
+def test_the_page_and_the_metrics_judge_staleness_by_the_health_dag_s_rule():
+    # 340 records wait; the last commit was 30 s ago: within 900 s it keeps up, beyond 10 s it is stale.
+    html = page([state()])
+    assert "health</span><b><span class='ok'>keeping up</span>" in html
+    assert 'eosflow_stale{pipeline="orders"} 0.0' in exposition(lambda: [state()]).decode()
+    html = page([state(stale_after_s=10.0)])
+    assert "<span class='bad'>STALE</span>" in html
+    assert "pipeline orders: lag 340, last commit 30s ago: STALE: 340 records wait" in html
+    assert 'eosflow_stale{pipeline="orders"} 1.0' in exposition(lambda: [state(stale_after_s=10.0)]).decode()
+    # Kafka did not answer: the lag is unknown, so no verdict (and no metric) rather than a wrong one.
+    assert "not judged" in page([state(kafka_error="KafkaUnavailableError: no broker")])

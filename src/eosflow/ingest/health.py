@@ -9,6 +9,8 @@ healthy as long as nothing waits.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,6 +21,19 @@ from eosflow.ingest.kafka_offsets import partition_offsets
 from eosflow.settings import Settings
 
 STREAM_RUNS = "stream\\_\\_%"  # run ids of `eosflow stream`'s batches (LIKE pattern)
+
+
+def stale_limits(declared: Mapping[str, pipelines.Pipeline]) -> dict[str, float]:
+    """Seconds without a commit, while records wait, after which each pipeline is stale: a batch
+    pipeline's N ingest intervals (EOSFLOW_STALE_INTERVALS, 3), a stream's
+    EOSFLOW_STREAM_STALE_MINUTES (5). The health DAG, the view and the metrics judge by these."""
+    interval_s = 60 * float(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5"))
+    intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
+    stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
+    return {
+        name: stream_s if p.mode == "stream" else intervals * interval_s
+        for name, p in sorted(declared.items())
+    }
 
 
 @dataclass(frozen=True)

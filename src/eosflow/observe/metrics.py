@@ -49,6 +49,11 @@ class PipelineCollector(Collector):
         up = GaugeMetricFamily(
             "eosflow_kafka_reachable", "1 if Kafka answered for the pipeline", labels=["pipeline"]
         )
+        stale = GaugeMetricFamily(
+            "eosflow_stale",
+            "1 if records wait and nothing committed within the pipeline's limit (eosflow_health's rule)",
+            labels=["pipeline"],
+        )
         current = now()
         for s in self.states():
             name = s.pipeline.name
@@ -69,7 +74,9 @@ class PipelineCollector(Collector):
                 passing = c["status"] in ("pass", "success", "skipped")
                 checks.add_metric([name, c["name"], c["invariant"] or ""], 1.0 if passing else 0.0)
             up.add_metric([name], 0.0 if s.kafka_error else 1.0)
-        yield from (lag, lag_s, position, read, written, rejected, age, checks, up)
+            if (health := s.health) is not None:
+                stale.add_metric([name], 0.0 if health.ok else 1.0)
+        yield from (lag, lag_s, position, read, written, rejected, age, checks, up, stale)
 
 
 def exposition(states: Callable[[], list[PipelineState]]) -> bytes:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.rows import dict_row
 
+from eosflow.ingest.health import STREAM_RUNS, PipelineHealth, stale_limits
 from eosflow.ingest.kafka_offsets import partition_offsets
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.settings import Settings
@@ -91,6 +92,18 @@ class PipelineState:
     hourly: list[dict]  # the last day: hour, records committed, max lag planned
     totals: dict[str, int] = field(default_factory=dict)  # records read, written, rejected (all time)
     kafka_error: str | None = None
+    stream_commit: datetime | None = None  # the last commit of an `eosflow stream` batch
+    stale_after_s: float | None = None  # the health rule's limit (health.stale_limits); None: not judged
+
+    @property
+    def health(self) -> PipelineHealth | None:
+        """eosflow_health's verdict on this snapshot: stale when records wait and nothing that counts
+        (a stream's own batches, any commit for a batch pipeline) committed within the limit."""
+        if self.stale_after_s is None or self.kafka_error:
+            return None  # no limit given, or no lag known
+        counted = self.stream_commit if self.pipeline.mode == "stream" else self.last_commit
+        age = None if counted is None else max(0.0, (now() - counted).total_seconds())
+        return PipelineHealth(self.pipeline.name, self.lag, age, self.stale_after_s, self.pipeline.mode)
 
     @property
     def last_commit(self) -> datetime | None:
@@ -163,6 +176,11 @@ def _one(
     ).fetchall()
     hourly = conn.execute(_HOURLY, (name, name)).fetchall()
     totals = conn.execute(_TOTALS, (name,)).fetchone()
+    stream_commit = conn.execute(
+        "select max(committed_at) as at from eosflow.plans where pipeline = %s and status = 'committed' "
+        "and run_id like %s",
+        (name, STREAM_RUNS),
+    ).fetchone()["at"]
     for c in checks:
         c["rows"] = c["rows"] if isinstance(c["rows"], list) else json.loads(c["rows"] or "[]")
     return PipelineState(
@@ -176,6 +194,8 @@ def _one(
         hourly,
         {k: int(v) for k, v in totals.items()},
         kafka_error,
+        stream_commit,
+        stale_limits({name: pipeline})[name],
     )
 
 
