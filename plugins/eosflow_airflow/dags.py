@@ -11,6 +11,7 @@ from eosflow.ingest.backfill import MODES
 from eosflow.ingest.health import stale_limits
 from eosflow.ingest.pipelines import Pipeline
 from eosflow.publish.declaration import Publisher
+from eosflow.settings import ingest_interval
 from eosflow_airflow.lineage import (
     BACKFILL_ALIAS,
     input_assets,
@@ -75,7 +76,7 @@ def _output(pipeline: Pipeline) -> str:
 
 
 def build_ingest_dag(pipeline: Pipeline) -> DAG:
-    interval = timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
+    interval = ingest_interval()
 
     @dag(
         dag_id=ingest_dag_id(pipeline.name),
@@ -246,7 +247,7 @@ def build_marts_dag(pipeline: Pipeline) -> DAG:
     """The pipeline's dbt marts, rebuilt whenever its ingest or a backfill commits rows (its asset)."""
     source = output_asset(pipeline)
     # A stream commits outside Airflow and emits no asset event: its marts also rebuild every interval.
-    interval = timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
+    interval = ingest_interval()
     schedule = (
         AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[source])
         if pipeline.mode == "stream"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -172,6 +173,12 @@ class Settings:
     @property
     def airflow_home(self) -> Path:
         return self.state_dir / "airflow"
+
+
+def ingest_interval() -> timedelta:
+    """How often a batch pipeline's ingest DAG runs (EOSFLOW_INGEST_INTERVAL_MINUTES, default 5): the DAGs
+    run on it, and the health rule counts in it."""
+    return timedelta(minutes=int(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5")))
 
 
 def load() -> Settings:

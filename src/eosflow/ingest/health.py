@@ -18,7 +18,7 @@ import psycopg
 
 from eosflow.ingest import pipelines, store
 from eosflow.ingest.kafka_offsets import partition_offsets
-from eosflow.settings import Settings
+from eosflow.settings import Settings, ingest_interval
 
 STREAM_RUNS = "stream\\_\\_%"  # run ids of `eosflow stream`'s batches (LIKE pattern)
 
@@ -27,7 +27,7 @@ def stale_limits(declared: Mapping[str, pipelines.Pipeline]) -> dict[str, float]
     """Seconds without a commit, while records wait, after which each pipeline is stale: a batch
     pipeline's N ingest intervals (EOSFLOW_STALE_INTERVALS, 3), a stream's
     EOSFLOW_STREAM_STALE_MINUTES (5). The health DAG, the view and the metrics judge by these."""
-    interval_s = 60 * float(os.environ.get("EOSFLOW_INGEST_INTERVAL_MINUTES", "5"))
+    interval_s = ingest_interval().total_seconds()
     intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
     stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
     return {
