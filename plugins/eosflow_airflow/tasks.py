@@ -50,7 +50,8 @@ def plan(pipeline_name: str) -> dict:
     settings = EosflowHook().settings()
     context = get_current_context()
     acknowledge = bool(context["params"].get("acknowledge_data_loss", False))
-    mark = _ledger_mark(settings)  # before planning: a Kafka sink's plan step may mirror a commit
+    # Before planning (a Kafka sink's plan step may mirror a commit); `announce` counts what comes after.
+    context["ti"].xcom_push(key="ledger_mark", value=_ledger_mark(settings))
     try:
         planned, status = job.prepare(
             settings, pipeline_name, context["run_id"], log=log.info, acknowledge_data_loss=acknowledge
@@ -82,7 +83,7 @@ def plan(pipeline_name: str) -> dict:
         len(planned.nonempty),
         "\n".join(lines),
     )
-    return {"batch_id": planned.batch_id, "offsets": sum(r.span for r in planned.ranges), "ledger_mark": mark}
+    return {"batch_id": planned.batch_id, "offsets": sum(r.span for r in planned.ranges)}
 
 
 def _ledger_mark(settings) -> int:
@@ -115,10 +116,7 @@ def announce(pipeline_name: str | None = None, upstream: str = "plan") -> dict:
     settings = EosflowHook().settings()
     pipeline = pipelines.load(settings, name)
     asset = output_asset(pipeline)
-    pushed = context["ti"].xcom_pull(task_ids=upstream)
-    mark = pushed["ledger_mark"] if isinstance(pushed, dict) else None
-    if mark is None:
-        mark = context["ti"].xcom_pull(task_ids=upstream, key="ledger_mark")
+    mark = context["ti"].xcom_pull(task_ids=upstream, key="ledger_mark")  # pushed by plan or validate
     if mark is None:  # planned by an eosflow without marks (a run in flight through an upgrade)
         log.warning("no ledger mark from %s: counting every row this run committed", upstream)
         mark = 0
