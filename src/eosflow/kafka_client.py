@@ -10,9 +10,12 @@ Functions that talk to Kafka take either a bootstrap string (the local stack, te
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 KafkaConfig = Mapping[str, str]
+T = TypeVar("T")
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -55,6 +58,29 @@ class ErrorLog:
     def __call__(self, error) -> None:
         self.errors.append(error)
 
+    def refused(self) -> bool:
+        """Whether Kafka refused the client's credentials (no wait can change that)."""
+        return any(e.code() == _AUTHENTICATION for e in self.collect())
+
+    def answer(self, kafka: str | KafkaConfig, request: Callable[[float], T], timeout: float) -> T:
+        """`request(seconds)`, asked again in short steps while Kafka does not answer: a refused login
+        fails at once, an unreachable Kafka after `timeout` seconds (a restarting broker may be back by
+        then). Any other error (an unknown topic, say) is the caller's to read."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            step = max(0.1, min(1.0, deadline - time.monotonic()))
+            try:
+                return request(step)
+            except KafkaException as exc:
+                if self.refused() or (
+                    exc.args[0].code() in _NO_ANSWER and time.monotonic() >= deadline
+                ):
+                    raise self.failure(kafka, exc) from None
+                if exc.args[0].code() not in _NO_ANSWER:
+                    raise
+
     def failure(self, kafka: str | KafkaConfig, exc: Exception) -> KafkaUnavailableError:
         """The error to raise for a request that failed with `exc`: authentication or reachability."""
         auth = next((e for e in self.collect() if e.code() == _AUTHENTICATION), None)
@@ -67,6 +93,8 @@ class ErrorLog:
 
 
 _AUTHENTICATION = -169  # librdkafka's RD_KAFKA_RESP_ERR__AUTHENTICATION
+# No answer yet: _TRANSPORT, _ALL_BROKERS_DOWN, _TIMED_OUT (what a short request meets while no broker is up).
+_NO_ANSWER = (-195, -187, -185)
 
 
 def admin_client(kafka: str | KafkaConfig):

@@ -80,6 +80,9 @@ class Settings:
     # port) and the rest of the client configuration (EOSFLOW_KAFKA_CONFIG: SASL, TLS, ...).
     kafka_bootstrap: str = ""
     kafka_config: tuple[tuple[str, str], ...] = ()
+    # How long eosflow's planner waits for Kafka to answer before the run fails (exit 1, retry allowed);
+    # refused credentials fail at once.
+    kafka_timeout_s: int = 30
     # libpq connection parameters beyond host, port, database, user, password (EOSFLOW_PG_OPTIONS:
     # sslmode, sslrootcert, ...).
     pg_options: tuple[tuple[str, str], ...] = ()
@@ -205,6 +208,7 @@ def load() -> Settings:
         toxiproxy_api_port=_int("EOSFLOW_TOXIPROXY_PORT", 18474),
         kafka_bootstrap=os.environ.get("EOSFLOW_KAFKA_BOOTSTRAP_SERVERS", "").strip(),
         kafka_config=_json_object("EOSFLOW_KAFKA_CONFIG"),
+        kafka_timeout_s=_int("EOSFLOW_KAFKA_TIMEOUT_S", 30),
         pg_options=_json_object("EOSFLOW_PG_OPTIONS"),
         kafka_sasl_port=_int("EOSFLOW_KAFKA_SASL_PORT", 19095),
         kafka_sasl_password=os.environ.get("EOSFLOW_KAFKA_SASL_PASSWORD", "eosflow-sasl"),

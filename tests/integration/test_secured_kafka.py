@@ -77,7 +77,8 @@ def test_a_wrong_password_fails_the_run_naming_the_authentication_and_writes_not
 def test_an_unreachable_kafka_fails_naming_the_brokers_and_the_settings_to_check(case):
     done = subprocess.run(
         [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name],
-        env=case.env(EOSFLOW_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1"),
+        # The wait for an answer is the user's to set; the default (30 s) would only slow the test.
+        env=case.env(EOSFLOW_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1", EOSFLOW_KAFKA_TIMEOUT_S="3"),
         capture_output=True,
         text=True,
         timeout=300,

@@ -137,8 +137,10 @@ class _Facts:
     ) -> _Facts:
         """Raises BackfillError for a missing or re-created topic: nothing can be backfilled then."""
         try:
-            current = topic_id(settings.kafka, topic)
-            kafka = partition_offsets(settings.kafka, topic, InitialOffset("earliest"))
+            current = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
+            kafka = partition_offsets(
+                settings.kafka, topic, InitialOffset("earliest"), settings.kafka_timeout_s
+            )
             check_topic_identity(
                 pipeline.name, topic, current, store.stored_topic_ids(conn, pipeline.name, topic)
             )

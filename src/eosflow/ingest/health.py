@@ -90,7 +90,7 @@ def check(
         for topic in pipeline.topics:
             stored = store.positions(conn, pipeline.name, topic)
             for partition, offsets in partition_offsets(
-                settings.kafka, topic, pipeline.initial_offset
+                settings.kafka, topic, pipeline.initial_offset, settings.kafka_timeout_s
             ).items():
                 position = stored.get(partition)
                 lag += max(0, offsets.stable_end - (position if position is not None else offsets.log_start))

@@ -276,8 +276,8 @@ def _plan(
     first_run = not store.has_committed(conn, pipeline.name)
     parts = []
     for topic in pipeline.topics:
-        current_id = topic_id(settings.kafka, topic)
-        kafka = partition_offsets(settings.kafka, topic, pipeline.initial_offset)
+        current_id = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
+        kafka = partition_offsets(settings.kafka, topic, pipeline.initial_offset, settings.kafka_timeout_s)
         if not first_run:
             # The initial policy is for a pipeline's first run; a partition (or topic) added later
             # starts at its beginning, or records produced to it before this run would be skipped.
@@ -303,7 +303,7 @@ def _plan(
 def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
     """The topic read is the one planned: re-created in between, its offsets would be other records."""
     for topic, planned in sorted({(p.range.topic, p.topic_id) for p in plan.partitions if p.topic_id}):
-        current = topic_id(settings.kafka, topic)
+        current = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
         if current != planned:
             raise TopicRecreatedError(plan.pipeline, topic, planned, current)
 

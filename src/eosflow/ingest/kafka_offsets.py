@@ -18,10 +18,7 @@ def partition_offsets(
     kafka: str | KafkaConfig, topic: str, initial: InitialOffset, timeout: float = 30.0
 ) -> dict[int, PartitionOffsets]:
     admin, errors = admin_client(kafka)
-    try:
-        meta = admin.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise errors.failure(kafka, exc) from None
+    meta = errors.answer(kafka, lambda seconds: admin.list_topics(topic=topic, timeout=seconds), timeout)
     info = meta.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise TopicMissingError(
@@ -75,15 +72,17 @@ def offsets_for_time(
 def topic_id(kafka: str | KafkaConfig, topic: str, timeout: float = 30.0) -> str:
     """Kafka's id of the topic (22 characters, as Kafka prints it): a re-created topic gets a new one."""
     admin, errors = admin_client(kafka)
+
+    def describe(seconds: float):
+        return admin.describe_topics(TopicCollection([topic]), request_timeout=seconds)[topic].result()
+
     try:
-        described = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result()
+        described = errors.answer(kafka, describe, timeout)
     except KafkaException as exc:
         if exc.args[0].code() == 3:  # UNKNOWN_TOPIC_OR_PART
             raise TopicMissingError(
                 f"topic {topic!r} does not exist on {bootstrap(kafka)}; create it (eosflow produce creates "
                 "it) or fix the pipeline's topics"
             ) from None
-        if errors.collect():  # the client itself failed (unreachable, refused credentials)
-            raise errors.failure(kafka, exc) from None
         raise RuntimeError(f"could not describe topic {topic}: {exc.args[0].str()}") from exc
     return str(described.topic_id)
