@@ -5,11 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser demo test airflow lab bench soak up down status lint clean
+.PHONY: setup prereqs browser demo test airflow lab bench soak up down status lint clean
 
-## setup: the virtualenv (Python packages from PyPI) and the jars (Maven Central); idempotent
-setup: $(STAMP)
+## setup: the machine's prerequisites (Debian), the virtualenv (PyPI) and the jars (Maven Central); idempotent
+setup: prereqs $(STAMP)
 	@$(BIN)/eosflow stack fetch
+
+## prereqs: Java 17, Maven, PostgreSQL 15 and Go from Debian's packages, installed when missing (as root)
+prereqs:
+	@bash infra/prereqs.sh
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "eosflow needs Python 3.11 ($(PYTHON) not on PATH): install it, or run make PYTHON=/path/to/python3.11"; exit 1; }

@@ -1,8 +1,8 @@
 """Toxiproxy (Shopify), a real fault-injecting TCP proxy, built from source and driven over HTTP.
 
 The server is built once with the machine's Go into `<project>/.cache/bin/toxiproxy-server`
-(module, build caches and GOPATH under `<project>/.cache/go`), pinned to TOXIPROXY_VERSION, and
-reused while its `--version` says that version. Its HTTP API (README, "HTTP API") is spoken
+(module, build caches and GOPATH under `<project>/.cache/go`), pinned to TOXIPROXY_VERSION (or, with a
+Go older than 1.23, to OLD_GO_TOXIPROXY_VERSION), and reused while its `--version` says a pinned version. Its HTTP API (README, "HTTP API") is spoken
 with urllib: no client library.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -21,13 +22,16 @@ from typing import Any
 from eosflow.stack import process
 from eosflow.stack.errors import StackError
 
-TOXIPROXY_VERSION = "v2.12.0"  # v2.5.0 builds too; newer 2.x tags are not listed by `go list -m -versions`
+TOXIPROXY_VERSION = "v2.12.0"  # needs Go 1.23; newer 2.x tags are not listed by `go list -m -versions`
+# Debian 12's golang-go is Go 1.19 (what `make` installs when a machine has no Go): the newest toxiproxy
+# that builds with it is v2.5.0 (v2.9.0 does not); its HTTP API has every toxic the lab uses.
+OLD_GO_TOXIPROXY_VERSION = "v2.5.0"
 MODULE = "github.com/Shopify/toxiproxy/v2"
 BUILD_TIMEOUT_S = 600.0  # a cold build downloads modules and compiles: ~45 s here on two cores
 START_TIMEOUT_S = 20.0
 
 GO_MISSING = (
-    "Go not found: toxiproxy's server is built from source and needs Go 1.23 or newer. "
+    "Go not found: toxiproxy's server is built from source and needs Go (1.19 or newer). "
     "Install Go from https://go.dev/dl/ (e.g. into /usr/local/go) or with `apt-get install golang-go`, "
     "or point EOSFLOW_GO at the go binary."
 )
@@ -42,6 +46,18 @@ def _go() -> str:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise ToxiproxyError(GO_MISSING)
+
+
+def _go_minor(go: str) -> int:
+    """The minor version of Go 1.x (`go env GOVERSION`: go1.19.8 -> 19); 0 when it cannot say."""
+    done = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, timeout=30)
+    match = re.match(r"go1\.(\d+)", done.stdout.strip())
+    return int(match.group(1)) if match else 0
+
+
+def version_for(go_minor: int) -> str:
+    """The pinned toxiproxy this Go can build."""
+    return TOXIPROXY_VERSION if go_minor >= 23 else OLD_GO_TOXIPROXY_VERSION
 
 
 def binary_path(root: Path) -> Path:
@@ -60,10 +76,12 @@ def _built_version(binary: Path) -> str | None:
 def build(root: Path, log=print) -> Path:
     """The pinned toxiproxy server binary, built on first use; idempotent."""
     binary = binary_path(root)
-    want = TOXIPROXY_VERSION.lstrip("v")
-    if binary.exists() and _built_version(binary) == want:
+    built = _built_version(binary) if binary.exists() else None
+    if built in (TOXIPROXY_VERSION.lstrip("v"), OLD_GO_TOXIPROXY_VERSION.lstrip("v")):
         return binary
     go = _go()
+    version = version_for(_go_minor(go))
+    want = version.lstrip("v")
     go_home = root / ".cache" / "go"
     env = dict(
         os.environ,
@@ -76,16 +94,16 @@ def build(root: Path, log=print) -> Path:
         CGO_ENABLED="0",
     )
     binary.parent.mkdir(parents=True, exist_ok=True)
-    log(f"building toxiproxy {TOXIPROXY_VERSION} into {binary} with {go} (first time only, ~1 min)")
+    log(f"building toxiproxy {version} into {binary} with {go} (first time only, ~1 min)")
     started = time.monotonic()
     try:
         done = subprocess.run(
             [
                 go,
                 "install",
-                # Stamp the version, so a rebuild is needed only when TOXIPROXY_VERSION changes.
+                # Stamp the version, so a rebuild is needed only when the pinned versions change.
                 f"-ldflags=-X {MODULE}.Version={want}",
-                f"{MODULE}/cmd/server@{TOXIPROXY_VERSION}",
+                f"{MODULE}/cmd/server@{version}",
             ],
             env=env,
             capture_output=True,
@@ -99,8 +117,8 @@ def build(root: Path, log=print) -> Path:
         ) from exc
     if done.returncode != 0:
         raise ToxiproxyError(
-            f"`go install {MODULE}/cmd/server@{TOXIPROXY_VERSION}` failed (exit {done.returncode}). "
-            f"Check that the Go module proxy is reachable and Go is 1.23 or newer:\n{done.stderr[-2000:]}"
+            f"`go install {MODULE}/cmd/server@{version}` failed (exit {done.returncode}). "
+            f"Check that the Go module proxy is reachable:\n{done.stderr[-2000:]}"
         )
     (binary.parent / "server").replace(binary)  # go install names it after the package folder
     log(f"built toxiproxy in {time.monotonic() - started:.0f}s")
