@@ -37,11 +37,14 @@ browser:
 demo: setup
 	$(BIN)/eosflow demo
 
-## test: lint, then the whole suite against the real stack (unit, integration, Airflow, browser)
+## test: lint, then the whole suite against the real stack (unit, integration, Airflow, browser), on
+## TEST_WORKERS pytest-xdist workers (2: the machines' cores; 0 runs it in one process), ending with the
+## 15 slowest tests so the suite's budget stays in view
+TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/eosflow stack up
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 ## airflow: the Airflow UI against the stack, in the foreground (Ctrl-C stops it)
 airflow: setup

@@ -14,12 +14,77 @@ from eosflow import airflow_local, stack
 from eosflow import settings as settings_mod
 
 # Airflow reads its configuration when first imported: point it at a test home, the project's
-# dags/ and plugins/, and connections to the stack, before any test imports it.
-_TEST_AIRFLOW_HOME = settings_mod.load().state_dir / "airflow-tests"
+# dags/ and plugins/, and connections to the stack, before any test imports it. Each pytest-xdist worker
+# gets a home (and a metadata database) of its own.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_TEST_AIRFLOW_HOME = settings_mod.load().state_dir / ("airflow-tests" + (f"-{_WORKER}" if _WORKER else ""))
 os.environ.update(airflow_local.airflow_env(settings_mod.load()))
 os.environ["AIRFLOW_HOME"] = str(_TEST_AIRFLOW_HOME)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter hits closed streams
 os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(_TEST_AIRFLOW_HOME / "passwords.json")
+
+
+# Under pytest-xdist (`make test` runs two workers) a file's tests stay together on one worker, so a
+# module's fixture (the lab's own stack, an Airflow standalone) is made once; files that share a session
+# fixture share a group, so it is made once too. (xdist's own loadgroup cannot do this under pytest 9.2:
+# it renames node ids, which pytest no longer reads.)
+_SHARED_GROUPS = {
+    "tests/airflow/test_browser.py": "airflow_server",
+    "tests/airflow/test_eosflow_view.py": "airflow_server",
+    "tests/airflow/test_standalone_rest.py": "airflow_server",
+}
+# The longest groups start first, so none is left to run alone at the end.
+_FIRST = ("tests/lab/", "tests/random/", "tests/airflow/")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _SHARED_GROUPS.get(path, path)
+
+    config.option.loadscopereorder = False  # keep the order below: the longest first
+    return ByFileAndGroup(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    root = config.rootpath
+
+    def rank(item) -> int:
+        path = item.path.relative_to(root).as_posix()
+        return next((i for i, prefix in enumerate(_FIRST) if path.startswith(prefix)), len(_FIRST))
+
+    items.sort(key=rank)  # stable: within a rank, the collection order stays
+
+
+# A test that needs more than a minute (its set-up included) says why in its docstring; the summary
+# names any that does not, so the suite's budget stays a decision.
+_SLOW_S = 60.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    item.eosflow_seconds = getattr(item, "eosflow_seconds", 0.0) + report.duration
+    doc = getattr(getattr(item, "function", None), "__doc__", None)
+    if report.when == "teardown" and item.eosflow_seconds > _SLOW_S and not (doc or "").strip():
+        report.user_properties.append(("slow_without_a_why", round(item.eosflow_seconds)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    slow = [
+        (r.nodeid, dict(r.user_properties)["slow_without_a_why"])
+        for reports in terminalreporter.stats.values()
+        for r in reports
+        if "slow_without_a_why" in dict(getattr(r, "user_properties", ()))
+    ]
+    if slow:
+        terminalreporter.section(f"tests over {_SLOW_S:.0f} s whose docstring does not say why")
+        for nodeid, seconds in slow:
+            terminalreporter.line(f"{seconds:>5} s  {nodeid}")
 
 
 @pytest.fixture(scope="session")

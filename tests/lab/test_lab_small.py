@@ -17,6 +17,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab_trials(tmp_path_factory) -> list[dict]:
+    """`eosflow lab --small`: 24 trials of real faults, each a fresh pipeline run by real processes on the
+    lab's own stack (8 to 10 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
     out = tmp_path_factory.mktemp("lab")
     done = subprocess.run(
         [
@@ -58,6 +60,7 @@ def _pick(rows, scenario: str, mode: str, producer: str | None = None) -> dict:
 
 @pytest.mark.timeout(3600)
 def test_every_trial_really_injected_its_fault(lab_trials):
+    """Slow because it is first: the lab (the `lab_trials` fixture) runs once for the whole module."""
     assert len(lab_trials) >= 12
     assert [r for r in lab_trials if r["faults"] < 1] == []
 

@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 
 def test_random_schedule_keeps_the_warehouse_equal_to_the_producers_model(schedule_machine):
+    """8 pipelines x 40 random steps, each step a real produce, ingest, kill or backfill checked against the
+    model: 2 to 5 minutes, the price of finding schedules nobody wrote down (a failing seed is printed)."""
     chosen = int(os.environ.get("EOSFLOW_RANDOM_SEED") or random.SystemRandom().randrange(2**32))
     print(f"randomized schedule: seed {chosen} (EOSFLOW_RANDOM_SEED={chosen} replays it)")
     schedule_machine.heavy_gap = 3
