@@ -2,8 +2,8 @@
 
 The server is built once with the machine's Go into `<project>/.cache/bin/toxiproxy-server`
 (module, build caches and GOPATH under `<project>/.cache/go`), pinned to TOXIPROXY_VERSION (or, with a
-Go older than 1.23, to OLD_GO_TOXIPROXY_VERSION), and reused while its `--version` says a pinned version. Its HTTP API (README, "HTTP API") is spoken
-with urllib: no client library.
+Go older than 1.23, to OLD_GO_TOXIPROXY_VERSION), and reused while its `--version` says a pinned version.
+Its HTTP API (README, "HTTP API") is spoken with urllib: no client library.
 """
 
 from __future__ import annotations
