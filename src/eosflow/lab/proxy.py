@@ -242,6 +242,7 @@ class Toxiproxy:
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 raw = resp.read()
+                is_json = resp.headers.get_content_type() == "application/json"
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip()
             raise ToxiproxyError(f"toxiproxy {method} {path} answered {exc.code}: {detail}") from exc
@@ -250,4 +251,7 @@ class Toxiproxy:
                 f"toxiproxy's API on {self.host}:{self.api_port} is unreachable ({exc.reason}); "
                 "is it started?"
             ) from exc
-        return json.loads(raw) if raw.strip() else None
+        if not raw.strip():
+            return None
+        # GET /version is JSON since v2.6 and plain text ("2.5.0") before; every other answer is JSON.
+        return json.loads(raw) if is_json else raw.decode(errors="replace").strip()
