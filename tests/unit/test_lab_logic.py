@@ -95,3 +95,36 @@ def test_the_readme_block_is_replaced_only_between_its_markers(tmp_path):
     assert "ran it" in text and "| kill |" in text
     (tmp_path / "other.md").write_text("no markers")
     assert not report.update_readme(tmp_path / "other.md", [], "x")
+
+
+def test_the_toxiproxy_client_reads_both_versions_answers_to_get_version(tmp_path):
+    """v2.5.0 (what Debian's Go 1.19 builds) answers GET /version in plain text, newer ones in JSON."""
+    import http.server
+    import threading
+
+    from eosflow.lab.proxy import Toxiproxy
+
+    answers = {"/version": ("text/plain", b"2.5.0"), "/proxies": ("application/json", b'{"kafka": {}}')}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            kind, body = answers[self.path]
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = Toxiproxy(tmp_path / "toxiproxy-server", tmp_path)
+        client.api_port = server.server_address[1]
+        assert client._request("GET", "/version") == "2.5.0"
+        assert client._request("GET", "/proxies") == {"kafka": {}}
+        answers["/version"] = ("application/json", b'{"version": "2.12.0"}')
+        assert client._request("GET", "/version") == {"version": "2.12.0"}
+    finally:
+        server.shutdown()
