@@ -37,7 +37,9 @@ def test_a_request_without_a_login_is_refused(airflow_server, path):
 def test_the_view_shows_partitions_lag_and_the_latest_invariants(airflow_server, monkeypatch):
     server, pipeline = airflow_server
     monkeypatch.setenv("EOSFLOW_PIPELINES", str(pipeline.config_path))
-    assert verify_pipeline(pipeline.settings, pipeline.name).ok  # recorded in eosflow.checks
+    # The invariants alone, as the ingest DAG checks them: the server's own marts DAG may be building this
+    # pipeline's marts at this moment, and two builds of one mart collide ("relation already exists").
+    assert verify_pipeline(pipeline.settings, pipeline.name, marts=False).ok  # recorded in eosflow.checks
     pipeline.produce(50, seed=503, partitions=2)  # lag: produced, not ingested
     token = server.token()
     code, html = get(server, "/eosflow/", token)
