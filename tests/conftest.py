@@ -50,6 +50,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    if not _WORKER and not config.getoption("numprocesses", None):
+        return  # one process: the collection order, as before
     root = config.rootpath
 
     def rank(item) -> int:
