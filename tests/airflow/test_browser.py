@@ -140,6 +140,9 @@ def fill_backfill_form(page, pipeline_name: str):
 
 
 def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page):
+    """Over a minute with its set-up: Chromium starts, the form is filled as a person fills it, and the
+    backfill it triggers runs for real (plan, Spark, verify) in the standalone before the run is seen to
+    succeed."""
     server, pipeline = airflow_server
     ARTIFACTS.mkdir(exist_ok=True)
     token = server.token()
