@@ -162,6 +162,14 @@ def stop_group(proc: subprocess.Popen, timeout: float | None = None, log=print) 
         log(f"airflow did not stop in {timeout:g}s: killing {len(left)} process(es) {left}")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+        # A SIGKILL lands a moment after killpg returns: wait until it has, so nothing of the group
+        # (a port, a lock file) outlives the return.
+        killed_by = time.monotonic() + 5
+        while time.monotonic() < killed_by:
+            proc.poll()
+            if not _group_alive(pgid):
+                break
+            time.sleep(0.05)
     proc.wait()
 
 
