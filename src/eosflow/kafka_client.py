@@ -74,11 +74,10 @@ class ErrorLog:
             try:
                 return request(step)
             except KafkaException as exc:
-                if self.refused() or (
-                    exc.args[0].code() in _NO_ANSWER and time.monotonic() >= deadline
-                ):
+                waiting = exc.args[0].code() in _NO_ANSWER
+                if self.refused() or (waiting and time.monotonic() >= deadline):
                     raise self.failure(kafka, exc) from None
-                if exc.args[0].code() not in _NO_ANSWER:
+                if not waiting:
                     raise
 
     def failure(self, kafka: str | KafkaConfig, exc: Exception) -> KafkaUnavailableError:
