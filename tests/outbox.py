@@ -12,6 +12,7 @@ import yaml
 
 from eosflow.publish.declaration import load_publisher
 from eosflow.publish.publisher import publish
+from tests import horizon
 from tests.kafka_reader import read_all
 
 
@@ -47,7 +48,10 @@ class Outbox:
                 (aggregate, json.dumps({"i": i})),
             )
 
-    def publish(self, **kw):
+    def publish(self, settle: bool = True, **kw):
+        """One publish, by default after every committed row is below the horizon (tests/horizon.py)."""
+        if settle:
+            horizon.settle(self.settings.warehouse_dsn, self.publisher)
         return publish(self.settings, self.publisher, log=lambda m: None, **kw)
 
     def published_ids(self, isolation: str = "read_committed") -> Counter:
@@ -60,6 +64,7 @@ class Outbox:
             return [r[0] for r in conn.execute(f"select id from {self.table}")]
 
     def cli(self, *args: str, **env: str):
+        horizon.settle(self.settings.warehouse_dsn, self.publisher)
         return subprocess.Popen(
             [sys.executable, "-m", "eosflow.cli", "publish", "--pipeline", self.case.name, *args],
             env=self.case.env(**env),

@@ -55,11 +55,13 @@ def test_publish_dag_publishes_the_outbox_once_and_a_second_run_adds_nothing(cas
     import psycopg
 
     from eosflow_airflow.dags import build_publish_dag
+    from tests import horizon
     from tests.outbox import Outbox
 
     outbox = Outbox(case)
     with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
         outbox.insert(conn, 75)
+    horizon.settle(case.settings.warehouse_dsn, outbox.publisher)
     dag = build_publish_dag(outbox.publisher)
     for _ in range(2):
         run = dag.test()

@@ -14,6 +14,7 @@ from eosflow.ingest import job, pipelines
 from eosflow.publish.declaration import load_publisher
 from eosflow.publish.publisher import publish
 from eosflow.verify import verify_pipeline
+from tests import horizon
 
 pytestmark = pytest.mark.integration
 
@@ -46,6 +47,7 @@ def test_published_mart_rows_arrive_in_the_second_table_once_and_a_rerun_sends_o
         case.produce(new_events, seed=seed, partitions=2)
         assert case.ingest().outcome == "committed"
         assert verify_pipeline(settings, case.name).ok  # dbt build: I1-I6, then the marts
+        horizon.settle(settings.warehouse_dsn, publisher)  # another worker's open transaction
         sent = publish(settings, publisher, log=lambda m: None).rows
         assert job.run(settings, back, log=lambda m: None).outcome == "committed"
         return sent
