@@ -38,10 +38,9 @@ demo: setup
 	$(BIN)/eosflow demo
 
 ## test: lint, then the whole suite against the real stack (unit, integration, Airflow, browser), ending
-## with the 15 slowest tests so the suite's budget stays in view. TEST_WORKERS=2 runs it on two pytest-xdist
-## workers (19 min instead of 47 on the 2-core machines); one process stays the default until the publisher
-## tests no longer see the other worker's open transactions (see the README's Tests section)
-TEST_WORKERS ?= 0
+## with the 15 slowest tests so the suite's budget stays in view. Two pytest-xdist workers by default
+## (about 19 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/eosflow stack up
