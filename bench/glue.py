@@ -2,7 +2,7 @@
 
 Runs the Python task's per-batch work (check, split, tally, CSV) over generated orders records in
 Arrow batches of Spark's size (10,000 rows), with each glue change on and off, and times
-`eosflow.warehouse.migrate` cached and uncached against the dev stack's warehouse.
+`eosflow.ledger.migrate` cached and uncached against the dev stack's warehouse.
 
     .venv/bin/python bench/glue.py [--records 200000] [--repeat 3]
 
@@ -19,10 +19,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eosflow.ingest import pipelines, stage
-from eosflow.ingest.transform import REJECTED_COLUMNS, BatchCheck
+from eosflow import pipelines
 from eosflow.produce import events
 from eosflow.settings import load as load_settings
+from eosflow.sinks.postgres import stage
+from eosflow.transform import REJECTED_COLUMNS, BatchCheck
 
 BATCH = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default
 
@@ -124,7 +125,7 @@ def main() -> None:
 
 
 def migrations(repeat: int) -> None:
-    from eosflow.warehouse import migrate
+    from eosflow.ledger import migrate
 
     dsn = load_settings().warehouse_dsn
     migrate.migrate(dsn)

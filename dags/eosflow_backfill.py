@@ -1,6 +1,6 @@
 """Offset-range backfills of any pipeline, triggered with a form in the Airflow UI."""
 
-from eosflow.ingest.pipelines import load_all
+from eosflow.pipelines import load_all
 from eosflow.settings import load
 from eosflow_airflow.dags import build_backfill_dag
 

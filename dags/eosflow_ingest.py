@@ -1,6 +1,6 @@
 """One ingest DAG per pipeline in pipelines.yml (the file is read; nothing else is touched at import)."""
 
-from eosflow.ingest.pipelines import load_all
+from eosflow.pipelines import load_all
 from eosflow.settings import load
 from eosflow_airflow.dags import build_ingest_dag
 

@@ -1,6 +1,6 @@
 """One marts DAG per warehouse pipeline with marts, scheduled on its output asset (no I/O at import)."""
 
-from eosflow.ingest.pipelines import load_all
+from eosflow.pipelines import load_all
 from eosflow.settings import load
 from eosflow_airflow.dags import build_marts_dag
 from eosflow_airflow.lineage import has_marts

@@ -1,6 +1,6 @@
 """One publish DAG per publisher in pipelines.yml (the file is read; nothing else is touched at import)."""
 
-from eosflow.publish.declaration import load_publishers
+from eosflow.publishers import load_publishers
 from eosflow.settings import load
 from eosflow_airflow.dags import build_publish_dag
 

@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 
-from eosflow import airflow_local, stack
 from eosflow import settings as settings_mod
+from eosflow import stack
+from eosflow.stack import airflow_local
 
 # Airflow reads its configuration when first imported: point it at a test home, the project's
 # dags/ and plugins/, and connections to the stack, before any test imports it. Each pytest-xdist worker
@@ -109,7 +110,7 @@ def spark(settings):
     in-process job's, too), and makes a new one if a test stopped it, so no module inherits a dead
     session. The JVM ends with pytest.
     """
-    from eosflow.ingest.spark_session import get_spark
+    from eosflow.spark.session import get_spark
 
     session = get_spark(settings, "eosflow-tests")
     session.sparkContext.setLogLevel("ERROR")

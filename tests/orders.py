@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from eosflow.ingest import pipelines
+from eosflow import pipelines
 from eosflow.schema.declaration import RecordSchema
 from eosflow.schema.record import RecordCheck
 

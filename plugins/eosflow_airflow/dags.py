@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
 
-from eosflow.ingest.backfill import MODES
-from eosflow.ingest.health import stale_limits
-from eosflow.ingest.pipelines import Pipeline
-from eosflow.publish.declaration import Publisher
+from eosflow.ledger.backfill import MODES
+from eosflow.observe.health import stale_limits
+from eosflow.pipelines import Pipeline
+from eosflow.publishers import Publisher
 from eosflow.settings import ingest_interval
 from eosflow_airflow.lineage import (
     BACKFILL_ALIAS,

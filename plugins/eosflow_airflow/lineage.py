@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias
 
-from eosflow.ingest.pipelines import Pipeline
+from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings, load
 from eosflow.verify import MART_COLUMNS
 

@@ -18,14 +18,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from eosflow import settings as settings_mod
-from eosflow.ingest.spark_session import launch_conf
-from eosflow.ingest.submit import SPARK_ENTRY, spark_env
+from eosflow.spark.session import launch_conf
+from eosflow.spark.submit import SPARK_ENTRY, spark_env
 from eosflow_airflow.hooks import EosflowHook
 from eosflow_airflow.tasks import acknowledge_hint
 
-JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.ingest.cli) prints to stderr
+JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.cli.ingest) prints to stderr
 _OUTCOME = re.compile(r"eosflow ingest: [A-Z]+(?: [A-Z]+)*: ")  # FENCED: ..., DATA LOSS: ..., FAILED: ...
-# The job's exit codes (eosflow.ingest.cli) for which the same try can only fail the same way.
+# The job's exit codes (eosflow.cli.ingest) for which the same try can only fail the same way.
 NOT_RETRIED = {
     2: "a bad configuration or request does not get better on retry",
     3: "a retry would be fenced again",
@@ -91,7 +91,7 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
     _job_lines: list[str]  # the job's own output lines of the current try (set in execute)
 
     def execute(self, context: Any) -> None:
-        from eosflow.ingest.submit import package
+        from eosflow.spark.submit import package
 
         hook = EosflowHook()
         settings = hook.settings()

@@ -31,9 +31,9 @@ def acknowledge_hint(pipeline_name: str) -> str:
 
 def _refusals() -> tuple[type[Exception], ...]:
     """Configuration errors a retry cannot fix: they fail the task at once, with their message."""
-    from eosflow.ingest.kafka_offsets import TopicMissingError
-    from eosflow.ingest.pipelines import PipelineConfigError
-    from eosflow.ingest.planner import PositionBeyondLogError, TopicRecreatedError
+    from eosflow.ledger.planner import PositionBeyondLogError, TopicRecreatedError
+    from eosflow.pipelines import PipelineConfigError
+    from eosflow.sources.kafka.offsets import TopicMissingError
 
     return PipelineConfigError, TopicMissingError, PositionBeyondLogError, TopicRecreatedError
 
@@ -44,8 +44,8 @@ def plan(pipeline_name: str) -> dict:
 
     The Spark task re-reads this persisted plan, so an acknowledged loss reaches the commit through it.
     """
-    from eosflow.ingest import job
-    from eosflow.ingest.planner import DataLossError
+    from eosflow.ledger.planner import DataLossError
+    from eosflow.runners import job
 
     settings = EosflowHook().settings()
     context = get_current_context()
@@ -90,8 +90,8 @@ def _ledger_mark(settings) -> int:
     """The ledger's newest row before this run commits: `announce` counts what comes after it."""
     import psycopg
 
-    from eosflow.ingest import store
-    from eosflow.warehouse.migrate import migrate
+    from eosflow.ledger import store
+    from eosflow.ledger.migrate import migrate
 
     migrate(settings.warehouse_dsn, log=log.info)
     with psycopg.connect(settings.warehouse_dsn) as conn:
@@ -108,7 +108,8 @@ def announce(pipeline_name: str | None = None, upstream: str = "plan") -> dict:
     """
     import psycopg
 
-    from eosflow.ingest import pipelines, store
+    from eosflow import pipelines
+    from eosflow.ledger import store
     from eosflow_airflow.lineage import BACKFILL_ALIAS, output_asset
 
     context = get_current_context()
@@ -178,8 +179,8 @@ def validate_backfill() -> list[list[str]]:
 
     A dry run (param dry_run) checks and lists the chunks the same way, then returns none.
     """
-    from eosflow.ingest import backfill_run
-    from eosflow.ingest.backfill import BackfillError, BackfillRequest
+    from eosflow.ledger.backfill import BackfillError, BackfillRequest
+    from eosflow.runners import backfill_run
 
     context = get_current_context()
     params, run_id = context["params"], context["run_id"]
@@ -236,13 +237,13 @@ def validate_backfill() -> list[list[str]]:
 
 @task(task_id="compact")
 def compact_targets() -> dict:
-    """Merge adjacent committed children of every partitioned target (eosflow.warehouse.compact)."""
+    """Merge adjacent committed children of every partitioned target (eosflow.sinks.postgres.compact)."""
     import psycopg
 
-    from eosflow.ingest.pipelines import load_all
-    from eosflow.warehouse import partitions
-    from eosflow.warehouse.compact import compact
-    from eosflow.warehouse.migrate import migrate
+    from eosflow.ledger.migrate import migrate
+    from eosflow.pipelines import load_all
+    from eosflow.sinks.postgres import partitions
+    from eosflow.sinks.postgres.compact import compact
 
     settings = EosflowHook().settings()
     migrate(settings.warehouse_dsn, log=log.info)
@@ -267,9 +268,9 @@ def publish_dag_id(publisher_name: str) -> str:
 @task(task_id="publish")
 def publish_rows(publisher_name: str) -> dict:
     """The outbox's committed rows into Kafka, each batch with its position in one Kafka transaction."""
-    from eosflow.ingest.pipelines import PipelineConfigError
-    from eosflow.publish.declaration import load_publisher
-    from eosflow.publish.publisher import PublisherFencedError, publish
+    from eosflow.pipelines import PipelineConfigError
+    from eosflow.publishers import load_publisher
+    from eosflow.runners.publisher import PublisherFencedError, publish
 
     settings = EosflowHook().settings()
     try:
@@ -286,7 +287,7 @@ def publish_rows(publisher_name: str) -> dict:
 def pipeline_health(limits_s: dict[str, float]) -> dict:
     """Fails, with one line per pipeline, when records wait and a pipeline has not committed within its
     limit (seconds, per pipeline)."""
-    from eosflow.ingest.health import check
+    from eosflow.observe.health import check
 
     settings = EosflowHook().settings()
     found, unchecked = [], []

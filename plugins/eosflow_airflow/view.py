@@ -26,8 +26,8 @@ app = FastAPI(
 
 
 def _states(pipeline: str | None = None, partition: int | None = None):
-    from eosflow.ingest.pipelines import load_all
     from eosflow.observe.state import snapshot
+    from eosflow.pipelines import load_all
     from eosflow_airflow.hooks import EosflowHook
 
     settings = EosflowHook().reader_settings()
@@ -45,8 +45,8 @@ async def page(pipeline: str | None = None, partition: int | None = Query(None, 
 
 
 def _states_for_page(pipeline: str | None, partition: int | None):
-    from eosflow.ingest.pipelines import load_all
     from eosflow.observe.state import snapshot
+    from eosflow.pipelines import load_all
     from eosflow_airflow.hooks import EosflowHook
 
     settings = EosflowHook().reader_settings()

@@ -32,7 +32,7 @@ from airflow.triggers.base import TriggerEvent
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message
 
-    from eosflow.ingest.pipelines import Pipeline
+    from eosflow.pipelines import Pipeline
 
 WAKE_GROUP_PREFIX = "eosflow.wake."
 ARRIVED = f"{__name__}.records_arrived"

@@ -21,15 +21,16 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Producer
 
-from eosflow import airflow_local, round_trip, stack
-from eosflow.ingest import pipelines, store
-from eosflow.ingest.commit import PartitionCounts
-from eosflow.ingest.summary import RunSummary
+from eosflow import pipelines, round_trip, stack
 from eosflow.kafka_admin import ensure_topic
+from eosflow.ledger import store
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
-from eosflow.publish.declaration import load_publisher
+from eosflow.publishers import load_publisher
+from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
+from eosflow.sinks.postgres.commit import PartitionCounts
+from eosflow.stack import airflow_local
 from eosflow.verify import verify_pipeline
 
 PIPELINE = "orders"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from eosflow.errors import StackError
 from eosflow.kafka_client import KafkaConfig, client_config
-from eosflow.stack.errors import StackError
 
 
 def admin(kafka: str | KafkaConfig) -> AdminClient:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from eosflow.ingest.pipelines import Pipeline
-from eosflow.publish.declaration import Publisher
-from eosflow.publish.publisher import ROW_ID_HEADER
+from eosflow.pipelines import Pipeline
+from eosflow.publishers import Publisher
+from eosflow.runners.publisher import ROW_ID_HEADER
 from eosflow.settings import Settings
-from eosflow.verify_kafka import partitions_of, read_to_end
+from eosflow.sinks.kafka.verify import partitions_of, read_to_end
 
 
 @dataclass(frozen=True)

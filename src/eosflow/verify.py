@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from eosflow.settings import Settings
 
 if TYPE_CHECKING:
-    from eosflow.verify_kafka import KafkaVerifyResult
+    from eosflow.sinks.kafka.verify import KafkaVerifyResult
 
 # The dbt project ships inside the package (the checkout's dbt/ is a link to it): an installed eosflow
 # verifies without a checkout.
@@ -249,11 +249,11 @@ def verify_pipeline(
 
     marts=False: the invariants alone (the ingest DAGs' check; their marts DAGs build the marts).
     """
-    from eosflow.ingest import pipelines
+    from eosflow import pipelines
 
     pipeline = pipelines.load(settings, pipeline_name)
     if pipeline.kafka_sink is not None:  # no table to build models on: Kafka is read back instead
-        from eosflow.verify_kafka import verify_kafka_sink
+        from eosflow.sinks.kafka.verify import verify_kafka_sink
 
         result: VerifyResult | KafkaVerifyResult = verify_kafka_sink(settings, pipeline)
     else:
@@ -272,7 +272,7 @@ def verify_pipeline(
 def build_marts(settings: Settings, pipeline_name: str) -> VerifyResult:
     """`dbt build` of the orders marts (tag `orders`) and their tests for one pipeline; not recorded
     in eosflow.checks, which keeps the invariants' verdicts."""
-    from eosflow.ingest import pipelines
+    from eosflow import pipelines
 
     pipeline = pipelines.load(settings, pipeline_name)
     return run_dbt(
@@ -287,7 +287,7 @@ def build_marts(settings: Settings, pipeline_name: str) -> VerifyResult:
 
 def record(settings: Settings, result: VerifyResult | KafkaVerifyResult) -> None:
     """Keep the verdicts in eosflow.checks, where the Airflow view and the metrics read them."""
-    from eosflow.warehouse.migrate import migrate
+    from eosflow.ledger.migrate import migrate
 
     if isinstance(result, VerifyResult):
         rows = [

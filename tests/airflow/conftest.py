@@ -5,8 +5,8 @@ from functools import partial
 import pytest
 from confluent_kafka import TopicPartition
 
-from eosflow import airflow_server as standalone
 from eosflow.kafka_admin import admin
+from eosflow.stack import airflow_server as standalone
 from tests.integration.conftest import case  # noqa: F401  (a pipeline of its own per test)
 from tests.integration.ingest_case import IngestCase
 

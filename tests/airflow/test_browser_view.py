@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from eosflow import airflow_server as standalone
-from eosflow.ingest import pipelines
+from eosflow import pipelines
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow.stack import airflow_server as standalone
 from tests.airflow.test_browser import ARTIFACTS, browser, log_in, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration

@@ -115,7 +115,7 @@ def test_backfill_dag_replays_a_range_in_chunks(case, airflow_db):
 def test_compact_dag_merges_the_children_of_every_partitioned_target(case, airflow_db):
     import psycopg
 
-    from eosflow.warehouse import partitions
+    from eosflow.sinks.postgres import partitions
     from eosflow_airflow.dags import build_compact_dag
 
     case.produce(300, seed=403, partitions=1)
@@ -252,7 +252,7 @@ def test_one_pipeline_that_cannot_be_checked_does_not_hide_another_s_staleness(
 ):
     import yaml
 
-    from eosflow.ingest import pipelines
+    from eosflow import pipelines
     from eosflow_airflow.dags import build_health_dag
 
     monkeypatch.setenv("EOSFLOW_STALE_INTERVALS", "0.01")

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
-from eosflow import airflow_server as standalone
-from eosflow.ingest.kafka_sink import group_id as sink_group_id
 from eosflow.kafka_admin import admin
+from eosflow.sinks.kafka.produce import group_id as sink_group_id
+from eosflow.stack import airflow_server as standalone
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration

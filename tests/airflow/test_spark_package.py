@@ -7,7 +7,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eosflow.ingest import submit
+from eosflow.spark import submit
 
 
 def _contents(archive: Path) -> dict[str, bytes]:
@@ -49,8 +49,8 @@ def test_a_package_after_a_source_edit_is_a_new_archive_and_the_earlier_one_stay
 
     # A Spark task submitted with the first archive keeps reading version 1; the next gets version 2.
     assert first != second
-    assert _contents(first)["eosflow/ingest/job.py"] == b"VERSION = 1\n"
-    assert _contents(second)["eosflow/ingest/job.py"] == b"VERSION = 2\n"
+    assert _contents(first)["eosflow/runners/job.py"] == b"VERSION = 1\n"
+    assert _contents(second)["eosflow/runners/job.py"] == b"VERSION = 2\n"
     assert _contents(second) == _source_files(source)
     assert submit.package(state, source=source) == second  # same code, same archive
     assert not list((tmp_path / "state" / "dist").glob("*.tmp"))  # no leftovers

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eosflow.ingest import commit, job
+from eosflow.runners import job
+from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ def test_every_dag_file_imports_without_errors(dagbag):
 
 
 def test_one_ingest_dag_per_configured_pipeline(dagbag, settings):
-    from eosflow.ingest.pipelines import load_all
+    from eosflow.pipelines import load_all
 
     ingest = {d for d in dagbag.dag_ids if d.startswith("eosflow_ingest_")}
     assert ingest == {f"eosflow_ingest_{name}" for name in load_all(settings)}

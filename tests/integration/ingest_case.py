@@ -12,13 +12,14 @@ from pathlib import Path
 import psycopg
 import yaml
 
-from eosflow.ingest import job, pipelines
+from eosflow import pipelines
 from eosflow.kafka_admin import ensure_topic
 from eosflow.produce import events
 from eosflow.produce.manifest import Manifest
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow.runners import job
 from eosflow.settings import Settings
-from eosflow.warehouse import invariants
+from eosflow.sinks.postgres import invariants
 from tests import orders
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eosflow.ingest import backfill_run, commit
-from eosflow.ingest.backfill import BackfillError, BackfillRequest
+from eosflow.ledger.backfill import BackfillError, BackfillRequest
+from eosflow.runners import backfill_run
+from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,7 @@ def test_backfill_cli_refuses_then_runs_by_time(case):
 
 
 def test_a_backfill_and_a_scheduled_run_cannot_corrupt_each_other(case):
-    from eosflow.ingest import job
+    from eosflow.runners import job
 
     manifest = case.produce(500, seed=305, partitions=1)
     case.ingest(max_records=100)

@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.ingest import pipelines
+from eosflow import pipelines
 from eosflow.kafka_admin import ensure_topic
 from tests.clicks import click_columns
 
@@ -175,7 +175,7 @@ def test_an_optional_column_added_to_the_declaration_is_added_to_the_target_with
 
 
 def test_a_retry_planned_under_another_declaration_is_refused_and_commits_nothing(case):
-    from eosflow.ingest import job
+    from eosflow.runners import job
 
     case.write_config(columns=[{"name": "id", "type": "bigint", "required": True}], business_key=None)
     _produce(case.settings.bootstrap_servers, case.topic, [(b"k", b'{"id": 1}')])

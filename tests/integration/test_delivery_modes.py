@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from eosflow.ingest import commit
-from eosflow.ingest.pipelines import PipelineConfigError
+from eosflow.pipelines import PipelineConfigError
+from eosflow.sinks.postgres import commit
 
 
 def _visible_ids(manifest) -> list[str]:

@@ -10,7 +10,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.ingest import commit
+from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 
@@ -283,7 +283,7 @@ def test_awkward_text_lands_exactly_as_produced(case):
 
 
 def test_the_job_runs_under_spark_submit_with_shipped_code(case):
-    from eosflow.ingest.submit import spark_env, spark_submit_args
+    from eosflow.spark.submit import spark_env, spark_submit_args
 
     manifest = case.produce(400, seed=112)
     spark_submit = str(__import__("pathlib").Path(sys.executable).parent / "spark-submit")

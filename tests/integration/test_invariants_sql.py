@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from eosflow.warehouse import invariants
+from eosflow.sinks.postgres import invariants
 
 pytestmark = pytest.mark.integration
 

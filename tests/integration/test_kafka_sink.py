@@ -8,7 +8,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.ingest import kafka_sink
+from eosflow.sinks.kafka import produce as kafka_sink
 from eosflow.verify import verify_pipeline
 from tests.kafka_reader import read_all, sources
 
@@ -90,7 +90,7 @@ def test_a_task_killed_inside_its_transaction_never_reaches_a_read_committed_rea
 def test_a_zombie_run_is_fenced_after_another_run_committed(case):
     case.as_kafka_sink()
     case.produce(100, seed=18, partitions=1)
-    from eosflow.ingest import job
+    from eosflow.runners import job
 
     first, _ = job.prepare(case.settings, case.name, "first", log=lambda m: None)
     second, _ = job.prepare(case.settings, case.name, "second", log=lambda m: None)
@@ -103,16 +103,18 @@ def test_a_zombie_run_is_fenced_after_another_run_committed(case):
 
 
 def test_a_replay_into_a_kafka_sink_is_refused_before_anything_is_written(case):
-    from eosflow.ingest import job
-    from eosflow.ingest.backfill import BackfillError
-    from eosflow.ingest.ranges import OffsetRange
+    from eosflow.ledger.backfill import BackfillError
+    from eosflow.ledger.ranges import OffsetRange
+    from eosflow.runners import backfill_run
 
     case.as_kafka_sink()
     case.produce(50, seed=19, partitions=1)
     case.ingest()
     plans = case.query("select count(*) from eosflow.plans where pipeline = %s", case.name)
     with pytest.raises(BackfillError, match="second copy"):
-        job.run_chunk(case.settings, case.name, "replay-1", OffsetRange(case.topic, 0, 0, 50), "replay")
+        backfill_run.run_chunk(
+            case.settings, case.name, "replay-1", OffsetRange(case.topic, 0, 0, 50), "replay"
+        )
     assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == plans
     assert len(read_all(case.settings, case.output_topic)) == 50
 
@@ -160,7 +162,7 @@ def test_a_zombie_paused_inside_its_transactions_is_fenced_by_a_newer_run(case, 
 
 
 def test_a_transaction_timeout_above_the_brokers_limit_is_refused_before_planning(case):
-    from eosflow.ingest.kafka_topics import TransactionTimeoutError
+    from eosflow.sinks.kafka.topics import TransactionTimeoutError
 
     case.as_kafka_sink(transaction_timeout_ms=3_600_000)  # the broker allows 900,000 (15 min) by default
     case.produce(10, seed=21, partitions=1)

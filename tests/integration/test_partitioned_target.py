@@ -9,11 +9,11 @@ import sys
 import psycopg
 import pytest
 
-from eosflow.ingest import backfill_run, commit
-from eosflow.ingest.backfill import BackfillRequest
+from eosflow.ledger.backfill import BackfillRequest
+from eosflow.runners import backfill_run
 from eosflow.schema import ddl
-from eosflow.warehouse import partitions
-from eosflow.warehouse.compact import compact
+from eosflow.sinks.postgres import commit, partitions
+from eosflow.sinks.postgres.compact import compact
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.ingest import commit
+from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 

@@ -76,7 +76,7 @@ def test_rows_committed_out_of_order_are_each_published_once(outbox):
 
 
 def test_adding_the_position_column_gives_up_instead_of_stalling_the_writers(outbox):
-    from eosflow.ingest.pipelines import PipelineConfigError
+    from eosflow.pipelines import PipelineConfigError
 
     busy = psycopg.connect(outbox.settings.warehouse_dsn)
     outbox.insert(busy, 1)  # an open transaction on the outbox

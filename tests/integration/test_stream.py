@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eosflow.ingest.health import check
+from eosflow.observe.health import check
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration

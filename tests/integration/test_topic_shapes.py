@@ -14,13 +14,13 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from eosflow.ingest import backfill_run, commit, job
-from eosflow.ingest.backfill import BackfillError, BackfillRequest
-from eosflow.ingest.kafka_offsets import topic_id
-from eosflow.ingest.ranges import OffsetRange
 from eosflow.kafka_admin import admin, delete_topic
+from eosflow.ledger.backfill import BackfillError, BackfillRequest
+from eosflow.ledger.ranges import OffsetRange
 from eosflow.produce import events
-from eosflow.warehouse import partitions
+from eosflow.runners import backfill_run, job
+from eosflow.sinks.postgres import commit, partitions
+from eosflow.sources.kafka.offsets import topic_id
 
 pytestmark = pytest.mark.integration
 
@@ -150,11 +150,11 @@ def test_a_catch_up_chunk_never_commits_before_the_one_ahead_of_it(case):
 
     # Chunk 1 failed (or waits for its retry); the mapped chunk 2 runs anyway.
     with pytest.raises((BackfillError, commit.FencedError)):
-        job.run_chunk(case.settings, case.name, "bf-5", chunks[1], "catch-up", log=lambda m: None)
+        backfill_run.run_chunk(case.settings, case.name, "bf-5", chunks[1], "catch-up", log=lambda m: None)
     assert case.ledger() == [] and case.event_ids() == []
 
     outcomes = [
-        job.run_chunk(case.settings, case.name, "bf-5b", c, "catch-up", log=lambda m: None).outcome
+        backfill_run.run_chunk(case.settings, case.name, "bf-5b", c, "catch-up", log=lambda m: None).outcome
         for c in chunks
     ]
     assert outcomes == [commit.COMMITTED] * 3
@@ -223,7 +223,7 @@ def test_a_replay_that_re_reads_fewer_records_than_committed_is_refused(case):
     request = BackfillRequest(case.name, "replay", (0,), 0, 60, chunk_size=60)
     (chunk,) = backfill_run.resolve(case.settings, request)
     with pytest.raises(commit.ReplayCountError) as refused:
-        job.run_chunk(case.settings, case.name, "replay-6", chunk, "replay", log=lambda m: None)
+        backfill_run.run_chunk(case.settings, case.name, "replay-6", chunk, "replay", log=lambda m: None)
     message = str(refused.value)
     assert f"{case.topic}[0] [0, 60)" in message and "60" in message and str(fewer) in message
     assert len(case.rejected()) == 60  # nothing was deleted
@@ -251,7 +251,9 @@ def test_two_replays_of_the_same_range_are_fenced_against_each_other(case, tmp_p
             assert paused.poll() is None, paused.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        second = job.run_chunk(case.settings, case.name, "replay-b", chunk, "replay", log=lambda m: None)
+        second = backfill_run.run_chunk(
+            case.settings, case.name, "replay-b", chunk, "replay", log=lambda m: None
+        )
         assert second.outcome == commit.COMMITTED
         (fault_dir / "after_plan.resume").touch()
         out, err = paused.communicate(timeout=300)

@@ -8,7 +8,7 @@ a named fault point, two at once, catch-up and replay backfills (with a failing 
 killed runs, and `eosflow ingest --range` requests that must be refused.
 
 After every step the warehouse is compared with tests/random/model.py (built from the producer's
-side only, never from eosflow's ledger or positions), and I1-I5 (eosflow.warehouse.invariants) and
+side only, never from eosflow's ledger or positions), and I1-I5 (eosflow.sinks.postgres.invariants) and
 I6 (event ids unique) are checked. Each rule also checks what the contract says its own outcome must
 be (a refused run writes nothing; data loss is refused unless acknowledged; ...).
 
@@ -33,16 +33,16 @@ import yaml
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from eosflow.ingest import backfill_run, commit, job
-from eosflow.ingest import cli as ingest_cli
-from eosflow.ingest import pipelines as pipelines_mod
-from eosflow.ingest.backfill import BackfillError, BackfillRequest
-from eosflow.ingest.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
-from eosflow.ingest.ranges import OffsetRange, batch_id_for
-from eosflow.ingest.read import ReadDataLossError
+from eosflow import pipelines as pipelines_mod
+from eosflow.cli import ingest as ingest_cli
+from eosflow.ledger.backfill import BackfillError, BackfillRequest
+from eosflow.ledger.migrate import migrate
+from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
+from eosflow.ledger.ranges import OffsetRange, batch_id_for
+from eosflow.runners import backfill_run, job
 from eosflow.settings import Settings
-from eosflow.warehouse import invariants
-from eosflow.warehouse.migrate import migrate
+from eosflow.sinks.postgres import commit, invariants
+from eosflow.sources.kafka.read import ReadDataLossError
 from tests import orders
 from tests.random.model import PipelineModel, compare
 from tests.random.world import POISON, Kafka, footprint, read_rows, spawn_ingest
@@ -745,7 +745,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         )
         time.sleep(delay)
         label, _, exc = self._run(
-            lambda: job.run_chunk(
+            lambda: backfill_run.run_chunk(
                 self.settings, self.pipe.name, f"rb-{uuid.uuid4().hex[:8]}", r, "replay", log=_quiet
             ),
             "a replay",
@@ -810,7 +810,9 @@ class ScheduleMachine(RuleBasedStateMachine):
         self._fault(f"chunk SIGKILL at {point}")
         before = self._footprint()
         label, _, exc = self._run(
-            lambda: job.run_chunk(self.settings, self.pipe.name, run_id, chunks[1], "catch-up", log=_quiet),
+            lambda: backfill_run.run_chunk(
+                self.settings, self.pipe.name, run_id, chunks[1], "catch-up", log=_quiet
+            ),
             "the next chunk",
         )
         self._outcome(f"next chunk after a kill at {point}: {label}")
@@ -824,7 +826,9 @@ class ScheduleMachine(RuleBasedStateMachine):
         # The orchestrator retries the failed chunk (same run id), then the rest run in order.
         for c in chunks:
             label, _, exc = self._run(
-                lambda c=c: job.run_chunk(self.settings, self.pipe.name, run_id, c, "catch-up", log=_quiet),
+                lambda c=c: backfill_run.run_chunk(
+                    self.settings, self.pipe.name, run_id, c, "catch-up", log=_quiet
+                ),
                 "a chunk retry",
             )
             if label not in ("committed", "already committed"):

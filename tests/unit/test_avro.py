@@ -17,7 +17,6 @@ import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 
-from eosflow.ingest.transform import BatchCheck
 from eosflow.schema.avro import (
     NO_HEADER,
     RegistryAuthenticationError,
@@ -30,6 +29,7 @@ from eosflow.schema.avro import (
 from eosflow.schema.declaration import DeclarationError, parse_schema
 from eosflow.schema.record import RecordCheck, key_check
 from eosflow.schema.types import parse_type
+from eosflow.transform import BatchCheck
 from tests.avro_clicks import DECLARATION, WRITER, click
 from tests.registry_standin import StandinRegistry
 

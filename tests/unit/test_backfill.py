@@ -1,8 +1,8 @@
 import pytest
 
-from eosflow.ingest.backfill import BackfillError, BackfillRequest, chunk, validate
-from eosflow.ingest.planner import PartitionOffsets
-from eosflow.ingest.ranges import OffsetRange
+from eosflow.ledger.backfill import BackfillError, BackfillRequest, chunk, validate
+from eosflow.ledger.planner import PartitionOffsets
+from eosflow.ledger.ranges import OffsetRange
 
 KAFKA = {0: PartitionOffsets(0, 1000), 1: PartitionOffsets(100, 800)}
 POSITIONS = {0: 600, 1: 300}

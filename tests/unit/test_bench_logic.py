@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from eosflow.bench.eosflow_run import write_pipelines_file
-from eosflow.ingest.planner import PartitionOffsets, plan_partitions
+from eosflow.ledger.planner import PartitionOffsets, plan_partitions
 
 
 def test_one_run_reads_a_one_partition_topic_whole_despite_its_transaction_markers(tmp_path):

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
-from eosflow.ingest.transform import BatchCheck, checked_columns
 from eosflow.produce import events
+from eosflow.transform import BatchCheck, checked_columns
 from tests.orders import COLUMNS, NAMES, SCHEMA, check_value, record_check
 
 CHECKED_COLUMNS = checked_columns(SCHEMA)

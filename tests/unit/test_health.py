@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from eosflow.ingest.health import PipelineHealth, judge
-from eosflow.ingest.pipelines import PipelineConfigError, load_all
+from eosflow.observe.health import PipelineHealth, judge
+from eosflow.pipelines import PipelineConfigError, load_all
 from tests import orders
 
 

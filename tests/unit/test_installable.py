@@ -45,7 +45,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {
-        "eosflow/ingest/spark_job.py",
+        "eosflow/spark/task.py",
         "eosflow/dbt_project/dbt_project.yml",
         "eosflow/dbt_project/profiles.yml",
         "eosflow/dbt_project/models/staging/stg_output.sql",
@@ -55,8 +55,8 @@ def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
         "eosflow/examples/pipe_clicks.py",
     }
     assert expected <= names, sorted(expected - names)
-    migrations = sorted(p.name for p in (ROOT / "src/eosflow/warehouse/migrations").glob("*.sql"))
-    assert {f"eosflow/warehouse/migrations/{m}" for m in migrations} <= names
+    migrations = sorted(p.name for p in (ROOT / "src/eosflow/ledger/migrations").glob("*.sql"))
+    assert {f"eosflow/ledger/migrations/{m}" for m in migrations} <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert (
         "pipe_clicks = eosflow.examples.pipe_clicks:parse"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
-from eosflow.ingest.kafka_sink import ALREADY, FENCED, commit_metadata, decide, json_value, output_key
-from eosflow.ingest.pipelines import PipelineConfigError, load_all
-from eosflow.ingest.ranges import OffsetRange, PartitionPlan
+from eosflow.ledger.ranges import OffsetRange, PartitionPlan
+from eosflow.pipelines import PipelineConfigError, load_all
+from eosflow.sinks.kafka.produce import ALREADY, FENCED, commit_metadata, decide, json_value, output_key
 
 PART = PartitionPlan(OffsetRange("t", 0, 10, 20), first_seen=False)
 FIRST = PartitionPlan(OffsetRange("t", 0, 0, 20), first_seen=True)
@@ -154,7 +154,7 @@ class _MovingCoordinator:
 def test_committed_offsets_are_asked_again_while_the_coordinator_moves():
     from confluent_kafka import KafkaError
 
-    from eosflow.ingest.kafka_sink import committed
+    from eosflow.sinks.kafka.produce import committed
 
     # Seen on a fresh cluster: the first committed() of a new group fails with NOT_COORDINATOR.
     consumer = _MovingCoordinator(2, KafkaError.NOT_COORDINATOR)
@@ -164,7 +164,7 @@ def test_committed_offsets_are_asked_again_while_the_coordinator_moves():
 def test_other_errors_of_committed_offsets_are_not_retried():
     from confluent_kafka import KafkaError, KafkaException
 
-    from eosflow.ingest.kafka_sink import committed
+    from eosflow.sinks.kafka.produce import committed
 
     consumer = _MovingCoordinator(1, KafkaError.GROUP_AUTHORIZATION_FAILED)
     with pytest.raises(KafkaException):

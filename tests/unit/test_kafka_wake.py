@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
-from eosflow.ingest.pipelines import PipelineConfigError, load_all
+from eosflow.pipelines import PipelineConfigError, load_all
 
 
 def _load(tmp_path, **changes):
@@ -157,7 +157,7 @@ def test_a_trigger_refuses_any_group_but_a_wake_group(group):
 
 
 def test_wake_groups_and_kafka_sink_groups_never_meet():
-    from eosflow.ingest.kafka_sink import group_id
+    from eosflow.sinks.kafka.produce import group_id
     from eosflow_airflow.wake import wake_group_id
 
     assert wake_group_id("orders") == "eosflow.wake.orders" != group_id("orders")

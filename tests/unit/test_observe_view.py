@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from html import escape
 
-from eosflow.ingest.pipelines import load_all
 from eosflow.observe.metrics import exposition
 from eosflow.observe.state import PartitionState, PipelineState
+from eosflow.pipelines import load_all
 from eosflow_airflow.view_page import page
 from tests.orders import PIPELINES_YML
 

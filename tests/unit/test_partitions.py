@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eosflow.warehouse.compact import plan_merges
-from eosflow.warehouse.partitions import Child, _child, committed_name, staged_child
+from eosflow.sinks.postgres.compact import plan_merges
+from eosflow.sinks.postgres.partitions import Child, _child, committed_name, staged_child
 
 
 def child(start: int, end: int, partition: int = 0, topic: str = "t") -> Child:

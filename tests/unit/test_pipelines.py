@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
-from eosflow.ingest.pipelines import InitialOffset, PipelineConfigError, load_all
+from eosflow.pipelines import InitialOffset, PipelineConfigError, load_all
 
 
 def _write(tmp_path, pipelines: dict) -> object:

@@ -1,13 +1,13 @@
 import pytest
 
-from eosflow.ingest.planner import (
+from eosflow.ledger.planner import (
     DataLossError,
     PartitionOffsets,
     PositionBeyondLogError,
     TopicRecreatedError,
     plan_partitions,
 )
-from eosflow.ingest.ranges import OffsetRange, Plan
+from eosflow.ledger.ranges import OffsetRange, Plan
 
 
 def _plan(kafka, positions, max_records=1000, ack=False):

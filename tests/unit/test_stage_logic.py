@@ -6,11 +6,11 @@ from collections import namedtuple
 
 import pyarrow as pa
 
-from eosflow.ingest import spark_cds
-from eosflow.ingest.spark_session import JVM_OPTIONS, launch_conf
-from eosflow.ingest.stage import Staged, _count, _merge, _with_hex_bytes, copy_writer, csv_bytes
-from eosflow.ingest.transform import BatchCheck
 from eosflow.settings import load
+from eosflow.sinks.postgres.stage import Staged, _count, _merge, _with_hex_bytes, copy_writer, csv_bytes
+from eosflow.spark import cds as spark_cds
+from eosflow.spark.session import JVM_OPTIONS, launch_conf
+from eosflow.transform import BatchCheck
 from tests.orders import SCHEMA
 
 TallyRow = namedtuple("TallyRow", "kafka_topic kafka_partition rejected n lo hi")
@@ -106,8 +106,8 @@ def test_a_range_task_that_read_nothing_reports_an_empty_typed_tally_without_con
     # commit gives it an empty one. The tally must still match mapInArrow's declared schema.
     from types import SimpleNamespace
 
-    from eosflow.ingest.ranges import OffsetRange, PartitionPlan, Plan
-    from eosflow.ingest.stage import range_writer
+    from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+    from eosflow.sinks.postgres.stage import range_writer
 
     plan = Plan("b", "p", "r", (PartitionPlan(OffsetRange("t", 0, 0, 10), first_seen=True),))
     pipeline = SimpleNamespace(target_table="raw.t")

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from eosflow.ingest.stream_cli import duration
-from eosflow.ingest.stream_status import BatchFigures, StreamStatus, percentiles
+from eosflow.cli.stream import duration
+from eosflow.runners.stream_status import BatchFigures, StreamStatus, percentiles
 
 
 def test_percentiles_are_values_that_occurred_by_nearest_rank():

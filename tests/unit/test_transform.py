@@ -27,9 +27,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from eosflow.ingest.transform import REJECTED_COLUMNS, spark_type, transform
 from eosflow.produce import events
 from eosflow.schema.arrow import valid_columns
+from eosflow.transform import REJECTED_COLUMNS, spark_type, transform
 from tests.orders import SCHEMA
 
 

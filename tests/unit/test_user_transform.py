@@ -10,9 +10,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from eosflow.ingest.transform import BatchCheck
 from eosflow.schema.declaration import DeclarationError, parse_schema
 from eosflow.schema.user_transform import TransformContractError, UserTransform
+from eosflow.transform import BatchCheck
 
 CLICK = "0b9a4f3e-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
 COLUMNS = [

@@ -24,8 +24,8 @@ from psycopg import sql
 from eosflow import settings as settings_mod
 from eosflow.bench.measure import emit_result
 from eosflow.bench.targets import COLUMNS, qualified
+from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import jars, prereqs
 
 _CHUNK = 1 << 20  # bytes handed to COPY at a time
 

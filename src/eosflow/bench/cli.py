@@ -135,7 +135,7 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
     from eosflow import stack
     from eosflow.bench import machine, report
     from eosflow.bench.load import LoadError
-    from eosflow.stack.errors import StackError
+    from eosflow.errors import StackError
 
     settings = settings or settings_mod.load()
     unhealthy = [s.name for s in stack.status(settings) if not s.healthy]

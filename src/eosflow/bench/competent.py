@@ -21,11 +21,11 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
+from eosflow import pipelines
 from eosflow import settings as settings_mod
 from eosflow.bench.handwritten import IDLE_LIMIT_S, LoopStalled
 from eosflow.bench.measure import emit_result
 from eosflow.bench.targets import COLUMNS, qualified
-from eosflow.ingest import pipelines
 from eosflow.schema.declaration import parse_schema
 from eosflow.schema.record import RecordCheck
 

@@ -2,7 +2,7 @@
 
 Each run gets a pipelines file of its own with a fresh pipeline name and target table, so nothing is
 committed yet and the run reads the whole topic from the earliest offset in one batch. The job's
-summary (eosflow.ingest.summary) says what it committed and how long each step took; the bench
+summary (eosflow.runners.summary) says what it committed and how long each step took; the bench
 reads both from its output.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from eosflow import pipelines
 from eosflow import settings as settings_mod
-from eosflow.ingest import pipelines
 
 OUTCOME_OK = ("COMMITTED", "ALREADY COMMITTED")
 _TIME = re.compile(r"^\s*time: (?P<phases>.*) \(total [0-9.]+s")

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
+from eosflow import pipelines
 from eosflow import settings as settings_mod
 from eosflow.bench import ceilings, eosflow_run, load
 from eosflow.bench.measure import MeasurementFailed, run_measured
-from eosflow.ingest import pipelines
+from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import jars, prereqs
 
 Log = Callable[[str], None]
 _SENT = re.compile(r"(?P<n>\d+) records sent, (?P<rate>[\d.]+) records/sec")
@@ -142,7 +142,7 @@ def run(
     summary = eosflow_run.parse_summary(measured.stdout)
     if summary.outcome not in eosflow_run.OUTCOME_OK:
         raise MeasurementFailed(f"eosflow ingest ended {summary.outcome}; see {measured.log_path}")
-    from eosflow.verify_kafka import verify_kafka_sink
+    from eosflow.sinks.kafka.verify import verify_kafka_sink
 
     checked = verify_kafka_sink(settings, pipelines.load(settings, name, config))
     if not checked.ok:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psycopg
 
+from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.stack import jars
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def jdbc_url(settings: Settings) -> str:
 
 
 def run(settings: Settings, topic: str, table: str, checkpoint: Path) -> dict[str, float]:
-    from eosflow.ingest.spark_session import get_spark
+    from eosflow.spark.session import get_spark
 
     started = time.monotonic()
     spark = get_spark(settings, "eosflow-bench-streaming", jit="")

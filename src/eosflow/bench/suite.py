@@ -21,8 +21,8 @@ from eosflow.bench import ceilings, eosflow_run, load, targets
 from eosflow.bench.measure import Measured, MeasurementFailed, run_measured, worker_result
 from eosflow.bench.results import MEASUREMENTS, WRITERS, Result
 from eosflow.kafka_admin import admin
+from eosflow.ledger.migrate import migrate
 from eosflow.settings import Settings
-from eosflow.warehouse.migrate import migrate
 
 Log = Callable[[str], None]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from eosflow import pipelines
 from eosflow import settings as settings_mod
-from eosflow.ingest import pipelines
 from eosflow.schema import ddl
 from eosflow.schema.declaration import parse_schema
 from eosflow.settings import Settings

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from eosflow import airflow_server
 from eosflow.lab.outcome import Trial
 from eosflow.lab.world import Lab, LabPipeline
+from eosflow.stack import airflow_server
 
 TASK = "spark_ingest"
 

@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from eosflow.errors import StackError
+from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import jars, prereqs, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 from eosflow.stack.kafka import LOG4J2, format_command, new_cluster_id, quiet_logger
 
 START_TIMEOUT_S = 150.0  # three JVMs booting at once on two cores

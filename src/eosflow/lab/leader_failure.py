@@ -20,13 +20,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from eosflow.errors import StackError
 from eosflow.lab.cluster import KraftCluster
 from eosflow.produce.events import generate
 from eosflow.produce.manifest import Manifest
 from eosflow.produce.producer import Delivery, EventProducer
 from eosflow.produce.readback import read_topic
 from eosflow.stack import process
-from eosflow.stack.errors import StackError
 from eosflow.stack.kafka import quiet_logger
 
 FREEZE_WINDOW_S = 2.0  # how long acks may arrive while the followers are frozen; < broker session timeout

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from eosflow.errors import StackError
 from eosflow.kafka_admin import ensure_topic
 from eosflow.lab.proxy import Toxiproxy
 from eosflow.produce.events import Event, generate
@@ -30,7 +31,6 @@ from eosflow.produce.manifest import Manifest
 from eosflow.produce.producer import Delivery, EventProducer
 from eosflow.produce.readback import read_topic
 from eosflow.settings import Settings
-from eosflow.stack.errors import StackError
 
 PROXY_NAME = "kafka"
 TOXIC_NAME = "drop_responses"

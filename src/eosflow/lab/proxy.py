@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from eosflow.errors import StackError
 from eosflow.stack import process
-from eosflow.stack.errors import StackError
 
 TOXIPROXY_VERSION = "v2.12.0"  # needs Go 1.23; newer 2.x tags are not listed by `go list -m -versions`
 # Debian 12's golang-go is Go 1.19 (what `make` installs when a machine has no Go): the newest toxiproxy

@@ -23,9 +23,9 @@ import psycopg
 from eosflow.lab.outcome import Tally, Trial
 from eosflow.lab.world import MODE_TAGS, PUBLISH_MODES, Lab
 from eosflow.produce import events
+from eosflow.sinks.kafka.verify import partitions_of, read_to_end
 from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
-from eosflow.verify_kafka import partitions_of, read_to_end
 
 EXIT_FENCED = 3
 

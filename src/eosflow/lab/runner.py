@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from eosflow.ingest.pipelines import DELIVERY_MODES
 from eosflow.lab import consumer_faults, publisher_faults, stream_faults
 from eosflow.lab.outcome import Trial
 from eosflow.lab.world import KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
+from eosflow.pipelines import DELIVERY_MODES
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
 Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]

@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 import yaml
 
+from eosflow import pipelines
 from eosflow import settings as settings_mod
-from eosflow.ingest import pipelines
 from eosflow.kafka_admin import ensure_topic
 from eosflow.lab.outcome import Tally, tally
 from eosflow.produce import events
@@ -216,7 +216,7 @@ class Lab:
         from eosflow.verify import run_dbt
 
         if p.kafka_sink:
-            from eosflow.verify_kafka import verify_kafka_sink
+            from eosflow.sinks.kafka.verify import verify_kafka_sink
 
             pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
             checked = verify_kafka_sink(self.settings, pipeline)
@@ -233,7 +233,7 @@ def topic_event_ids(kafka, topic: str) -> list[str]:
     """The event_id of every record a read_committed consumer gets from `topic`, from its start."""
     import json
 
-    from eosflow.verify_kafka import partitions_of, read_to_end
+    from eosflow.sinks.kafka.verify import partitions_of, read_to_end
 
     starts = [(topic, p, -2) for p in partitions_of(kafka, topic)]
     return [str(json.loads(m.value())["event_id"]) for m in read_to_end(kafka, starts)]

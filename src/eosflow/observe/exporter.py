@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from eosflow.ingest.pipelines import load_all
 from eosflow.observe.metrics import PipelineCollector
 from eosflow.observe.state import snapshot
+from eosflow.pipelines import load_all
 from eosflow.settings import Settings
 
 

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.rows import dict_row
 
-from eosflow.ingest.health import STREAM_RUNS, PipelineHealth, stale_limits
-from eosflow.ingest.kafka_offsets import partition_offsets
-from eosflow.ingest.pipelines import Pipeline
+from eosflow.observe.health import STREAM_RUNS, PipelineHealth, stale_limits
+from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
+from eosflow.sources.kafka.offsets import partition_offsets
 
 RECENT_RANGES = 100
 _POSITIONS = """

@@ -1,6 +1,6 @@
 """A schema's target table: the DDL that makes it, and what an existing table lacks or contradicts.
 
-Pure: eosflow.ingest.store runs the statements. An existing target is compared with the declaration
+Pure: eosflow.ledger.store runs the statements. An existing target is compared with the declaration
 column by column. A declared optional column it lacks is added (earlier rows read NULL); anything
 else that differs would change what committed rows mean, so it is refused with what to do.
 """
@@ -66,7 +66,7 @@ def create_table(table: str, schema: RecordSchema, keyed: bool) -> sql.Composed:
         return sql.SQL("create table if not exists {} ({})").format(
             sql.Identifier(*table.split(".")), sql.SQL(", ").join(parts)
         )
-    # Partitioned by offset range, a child per committed range (eosflow.warehouse.partitions): the
+    # Partitioned by offset range, a child per committed range (eosflow.sinks.postgres.partitions): the
     # key refuses overlapping ranges (I1) and a commit attaches its staged children.
     parts.append(sql.SQL("primary key (kafka_topic, kafka_partition, kafka_offset)"))
     return sql.SQL(

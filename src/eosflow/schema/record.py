@@ -1,6 +1,6 @@
 """One record value -> its declared columns typed, or the first check it fails, as a message.
 
-Pure Python, no Spark: eosflow.ingest.transform's `BatchCheck` runs `RecordCheck` over the Arrow
+Pure Python, no Spark: eosflow.transform's `BatchCheck` runs `RecordCheck` over the Arrow
 batches Spark hands a Python task. Checks, in order; the first that fails is the row's only error:
 
 1. ``null value``
@@ -17,7 +17,7 @@ batches Spark hands a Python task. Checks, in order; the first that fails is the
    the column's enum, pattern, min and max
 
 An optional column that is absent or JSON null is NULL. The Kafka columns' own checks (timestamp,
-key, headers) are eosflow.ingest.transform's, before and after these.
+key, headers) are eosflow.transform's, before and after these.
 """
 
 from __future__ import annotations

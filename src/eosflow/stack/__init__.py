@@ -9,9 +9,10 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 
+from eosflow.errors import StackError
+from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.stack import jars, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
 from eosflow.stack.registry import RegistryService
@@ -27,7 +28,7 @@ def services(settings: Settings) -> list[KafkaService | PostgresService | Regist
 
 def fetch(settings: Settings, log=print) -> None:
     """The Maven jars (the broker's, Spark's connector + JDBC driver), then Spark's class archive."""
-    from eosflow.ingest import spark_cds
+    from eosflow.spark import cds as spark_cds
 
     for name in jars.CLASSPATHS:
         jars.fetch(settings, name, log=log)
@@ -57,7 +58,7 @@ def reset(settings: Settings, log=print) -> None:
     down(settings, log=log)
     for svc in services(settings):
         svc.reset()
-    from eosflow.warehouse.migrate import forget
+    from eosflow.ledger.migrate import forget
 
     forget()
     shutil.rmtree(settings.state_dir / "manifests", ignore_errors=True)

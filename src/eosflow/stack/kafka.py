@@ -9,9 +9,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from eosflow.errors import StackError
+from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import jars, prereqs, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 
 START_TIMEOUT_S = 90.0
 

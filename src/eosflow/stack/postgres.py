@@ -16,9 +16,10 @@ import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
+from eosflow.errors import StackError
+from eosflow.runtime import prereqs
 from eosflow.settings import Settings
-from eosflow.stack import prereqs, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 
 START_TIMEOUT_S = 60
 SUPERUSER = "postgres"

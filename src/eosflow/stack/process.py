@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eosflow.stack.errors import StackError
+from eosflow.errors import StackError
 
 
 def port_is_free(host: str, port: int) -> bool:

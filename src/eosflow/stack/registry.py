@@ -14,9 +14,10 @@ import subprocess
 import urllib.error
 import urllib.request
 
+from eosflow.errors import StackError
+from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import jars, prereqs, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 
 START_TIMEOUT_S = 60.0
 VERSION = "3.0.9"  # the newest line built for Java 17 (3.3 needs Java 21)

@@ -3,7 +3,7 @@
 For running the same ingestion job, unchanged, on a cluster instead of `local[2]`: point
 EOSFLOW_SPARK_MASTER at `spark://127.0.0.1:<port>` (`eosflow spark-cluster up` prints it). Executors
 run in the workers' JVMs and start Python workers with this interpreter (spark.pyspark.python, set by
-eosflow.ingest.spark_session), so eosflow and its dependencies come from the same venv; the connector
+eosflow.spark.session), so eosflow and its dependencies come from the same venv; the connector
 jars travel from the driver (spark.jars).
 """
 
@@ -17,9 +17,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from eosflow.errors import StackError
+from eosflow.runtime import prereqs
 from eosflow.settings import Settings
-from eosflow.stack import prereqs, process
-from eosflow.stack.errors import StackError
+from eosflow.stack import process
 
 START_TIMEOUT_S = 90.0
 

@@ -1,0 +1,122 @@
+"""`eosflow ingest` and `spark-submit spark/ingest_job.py`: same arguments, same summary, same exit codes.
+
+Exit codes: 0 committed or already committed; 2 bad configuration or input (a refused range, a
+re-created topic); 3 fenced by another run; 4 data loss not acknowledged; 5 the batch did not add
+up (nothing committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eosflow import pipelines
+from eosflow import settings as settings_mod
+from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
+from eosflow.ledger.backfill import BackfillError
+from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
+from eosflow.runners import backfill_run, job
+from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailableError
+from eosflow.schema.user_transform import TransformContractError
+from eosflow.sinks.postgres import commit
+from eosflow.sources.kafka.offsets import TopicMissingError
+from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
+
+EXIT = {
+    commit.FencedError: 3,
+    DataLossError: 4,
+    ReadDataLossError: 4,
+    commit.StagingIncompleteError: 5,
+    commit.ReplayOutsideCommittedError: 5,
+    commit.ReplayCountError: 5,
+    ReadOutsidePlanError: 5,
+    PositionBeyondLogError: 2,
+    TopicRecreatedError: 2,
+    UnreadableRecordError: 2,
+    BackfillError: 2,
+    pipelines.PipelineConfigError: 2,
+    TopicMissingError: 2,
+    KafkaAuthenticationError: 2,
+    TransformContractError: 2,
+    RegistryAuthenticationError: 2,
+    KafkaUnavailableError: 1,
+    RegistryUnavailableError: 1,
+}
+OUTCOME = {
+    commit.FencedError: "fenced",
+    DataLossError: "data loss",
+    ReadDataLossError: "data loss",
+    BackfillError: "refused",
+    TopicRecreatedError: "refused",
+    commit.ReplayCountError: "refused",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="the orchestrator's run id; the same id reuses the same plan (default: a new one)",
+    )
+    p.add_argument(
+        "--max-records",
+        type=int,
+        default=None,
+        help="at most this many offsets per partition in this run (default: the pipeline's)",
+    )
+    p.add_argument(
+        "--range",
+        type=parse_range,
+        default=None,
+        metavar="TOPIC:PARTITION:START-END",
+        help="run one backfill chunk over exactly this range (with --mode)",
+    )
+    p.add_argument("--mode", choices=["catch-up", "replay"], default=None, help="with --range")
+    p.add_argument(
+        "--acknowledge-data-loss",
+        action="store_true",
+        help="accept records Kafka deleted before they were read; recorded as 'lost' ranges",
+    )
+
+
+def parse_range(text: str):
+    """TOPIC:PARTITION:START-END, as backfill chunks are handed to the job."""
+    from eosflow.ledger.ranges import OffsetRange
+
+    try:
+        topic, partition, span = text.rsplit(":", 2)
+        start, end = span.split("-")
+        return OffsetRange(topic, int(partition), int(start), int(end))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected TOPIC:PARTITION:START-END, got {text!r}") from None
+
+
+def log(msg: str) -> None:
+    print(f"eosflow ingest: {msg}", file=sys.stderr, flush=True)
+
+
+def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = None) -> int:
+    settings = settings or settings_mod.load()
+    try:
+        if args.range is not None:
+            if args.mode is None or args.run_id is None:
+                print("eosflow ingest: --range needs --mode and --run-id", file=sys.stderr)
+                return 2
+            summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, log)
+        else:
+            summary = job.run(
+                settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
+            )
+    except tuple(EXIT) as exc:
+        kind = next(k for k in EXIT if isinstance(exc, k))
+        print(f"eosflow ingest: {OUTCOME.get(kind, 'failed').upper()}: {exc}", file=sys.stderr, flush=True)
+        return EXIT[kind]
+    print(summary.table(), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ingest_job", description="one eosflow ingestion run")
+    add_arguments(parser)
+    return execute(parser.parse_args(argv))

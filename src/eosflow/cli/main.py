@@ -1,0 +1,394 @@
+"""The `eosflow` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eosflow import settings as settings_mod
+from eosflow.errors import StackError
+
+
+def _log(msg: str) -> None:
+    print(f"eosflow: {msg}", file=sys.stderr, flush=True)
+
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    from eosflow import stack
+    from eosflow.stack import process
+
+    s = settings_mod.load()
+    if args.action == "up":
+        stack.up(s, log=_log)
+        args.action = "status"
+    if args.action == "down":
+        stack.down(s, log=_log)
+        return 0
+    if args.action == "reset":
+        stack.reset(s, log=_log)
+        return 0
+    if args.action == "fetch":
+        stack.fetch(s, log=_log)
+        return 0
+    if args.action == "logs":
+        for svc in stack.services(s):
+            if args.service in (None, svc.name):
+                print(f"==> {svc.log_path} <==")
+                print(process.tail(svc.log_path, args.lines))
+        return 0
+    rows = stack.status(s)
+    for row in rows:
+        pid = str(row.pid) if row.pid else "-"
+        print(f"{row.name:<9} {row.state:<24} pid {pid:<8} {row.endpoint}")
+    return 0 if all(r.healthy for r in rows) else 3
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from eosflow.produce.cli import run
+
+    return run(args, settings_mod.load(), log=_log)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from eosflow.cli.ingest import execute
+
+    return execute(args, settings_mod.load())
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from eosflow.cli.stream import execute
+
+    return execute(args)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from eosflow.cli.backfill import execute
+
+    return execute(args, settings_mod.load())
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from eosflow.pipelines import PipelineConfigError
+    from eosflow.verify import verify_pipeline
+
+    try:
+        result = verify_pipeline(settings_mod.load(), args.pipeline)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    print(result.table())
+    return 0 if result.ok else 1
+
+
+def cmd_kafka(args: argparse.Namespace) -> int:
+    """A Kafka sink's open transactions: which output partitions they hold back; --abort ends them."""
+    from eosflow import pipelines
+    from eosflow.sinks.kafka import transactions as kafka_transactions
+
+    settings = settings_mod.load()
+    try:
+        pipeline = pipelines.load(settings, args.pipeline)
+    except pipelines.PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    if pipeline.kafka_sink is None:
+        _log(
+            f"error: pipeline {pipeline.name!r} writes to the warehouse, not to Kafka: it has no transactions"
+        )
+        return 2
+    if args.abort:
+        kafka_transactions.abort_open(settings.kafka, pipeline, log=_log)
+    held = kafka_transactions.held_back(settings.kafka, pipeline)
+    if not held:
+        print(f"pipeline {pipeline.name}: no open transaction holds back its output topics")
+        return 0
+    print(f"pipeline {pipeline.name}: {len(held)} output partition(s) held back by an open transaction")
+    for h in held:
+        print(f"  {h}")
+    print(
+        "A run in progress holds its transactions open until it commits. One left by a killed run is aborted "
+        "by the next run, by the broker after transaction_timeout_ms, or now by: "
+        f"eosflow kafka transactions --pipeline {pipeline.name} --abort"
+    )
+    return 1
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """An outbox's committed rows into Kafka, with their position in the same transactions."""
+    import signal
+
+    from eosflow.pipelines import PipelineConfigError
+    from eosflow.publishers import load_publisher
+    from eosflow.runners.publisher import PublisherFencedError, publish
+
+    settings = settings_mod.load()
+    try:
+        publisher = load_publisher(settings, args.pipeline)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    stop = []
+    # SIGTERM ends the loop between batches: the batch in flight commits or was never begun.
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    try:
+        summary = publish(
+            settings,
+            publisher,
+            follow=args.follow,
+            max_seconds=args.max_seconds,
+            log=_log,
+            should_stop=lambda: bool(stop),
+        )
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    except PublisherFencedError as exc:
+        _log(f"error: {exc}")
+        return 3
+    except KeyboardInterrupt:
+        _log("interrupted: the batch in flight was not committed and will be published by the next run")
+        return 130
+    print(summary.line())
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Merge adjacent committed children of partitioned targets (every pipeline, or those named)."""
+    import psycopg
+
+    from eosflow.ledger.migrate import migrate
+    from eosflow.pipelines import PipelineConfigError, load_all
+    from eosflow.sinks.postgres import partitions
+    from eosflow.sinks.postgres.compact import compact
+
+    s = settings_mod.load()
+    try:
+        found = load_all(s)
+    except PipelineConfigError as exc:
+        _log(f"error: {exc}")
+        return 2
+    if unknown := sorted(set(args.pipeline or ()) - set(found)):
+        _log(f"error: unknown pipeline(s) {unknown}; pipelines.yml declares {sorted(found)}")
+        return 2
+    migrate(s.warehouse_dsn, log=_log)
+    with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
+        for name in args.pipeline or sorted(found):
+            target = found[name].target_table
+            if found[name].kafka_sink is not None:
+                _log(f"{name}: writes to Kafka, no table to compact")
+                continue
+            if not partitions.is_partitioned(conn, target):
+                _log(f"{name}: {target} is not partitioned (not made yet, not exactly_once, or not migrated)")
+                continue
+            print(compact(conn, name, target, args.target_rows, log=_log).line(), flush=True)
+    return 0
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """Migrate an exactly-once target made before partitioned targets."""
+    import psycopg
+
+    from eosflow.ledger.migrate import migrate
+    from eosflow.pipelines import PipelineConfigError, load
+    from eosflow.sinks.postgres.repartition import RepartitionError, repartition
+
+    s = settings_mod.load()
+    try:
+        pipeline = load(s, args.pipeline)
+        migrate(s.warehouse_dsn, log=_log)
+        with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
+            repartition(conn, pipeline, log=_log)
+    except (PipelineConfigError, RepartitionError) as exc:
+        _log(f"error: {exc}")
+        return 2
+    return 0
+
+
+def cmd_spark_cluster(args: argparse.Namespace) -> int:
+    from eosflow.stack.spark_cluster import SparkCluster
+
+    cluster = SparkCluster(settings_mod.load(), workers=args.workers)
+    if args.action == "up":
+        print(cluster.up(log=_log))
+        return 0
+    if args.action == "down":
+        cluster.down(log=_log)
+        return 0
+    alive = cluster.alive_workers()
+    print(f"{cluster.master_url}: {alive} of {args.workers} workers alive")
+    return 0 if alive >= args.workers else 3
+
+
+def cmd_airflow(args: argparse.Namespace) -> int:
+    from eosflow.stack.airflow_local import serve
+
+    return serve(settings_mod.load(), log=_log)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from eosflow.observe.exporter import serve
+
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit() or not host:
+        _log(
+            f"--listen {args.listen!r}: give host:port, e.g. 127.0.0.1:9464 "
+            "(0.0.0.0:9464 for every interface)"
+        )
+        return 2
+    return serve(settings_mod.load(), host, int(port), log=_log)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from eosflow.demo import run
+
+    return run(settings_mod.load(), log=_log, round_trip_too=not args.no_round_trip)
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from eosflow.lab.cli import execute
+
+    return execute(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from eosflow.bench.cli import execute
+
+    return execute(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from eosflow.produce.cli import add_arguments as add_produce_arguments
+
+    parser = argparse.ArgumentParser(prog="eosflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stack", help="start, stop and inspect the local Kafka, Postgres and schema registry")
+    p.add_argument("action", choices=["up", "down", "status", "logs", "reset", "fetch"])
+    p.add_argument(
+        "service", nargs="?", choices=["kafka", "postgres", "registry"], help="with logs: only this one"
+    )
+    p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
+    p.set_defaults(func=cmd_stack)
+
+    p = sub.add_parser("produce", help="write a seeded event stream to Kafka with chosen delivery settings")
+    add_produce_arguments(p)
+    p.set_defaults(func=cmd_produce)
+
+    from eosflow.cli.ingest import add_arguments as add_ingest_arguments
+
+    p = sub.add_parser("ingest", help="one exactly-once ingestion run of a pipeline (plan, read, commit)")
+    add_ingest_arguments(p)
+    p.set_defaults(func=cmd_ingest)
+
+    from eosflow.cli.stream import add_arguments as add_stream_arguments
+
+    p = sub.add_parser(
+        "stream", help="micro-batches through the same ledger in one long-running Spark (SIGTERM stops it)"
+    )
+    add_stream_arguments(p)
+    p.set_defaults(func=cmd_stream)
+
+    from eosflow.cli.backfill import add_arguments as add_backfill_arguments
+
+    p = sub.add_parser("backfill", help="catch up or replay an offset range, validated first, in chunks")
+    add_backfill_arguments(p)
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("publish", help="an outbox table's committed rows into Kafka, exactly once")
+    p.add_argument("--pipeline", required=True, help="a publisher named under publishers: in pipelines.yml")
+    p.add_argument(
+        "--follow", action="store_true", help="keep publishing new rows until stopped (SIGTERM, Ctrl-C)"
+    )
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (with --follow)")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("kafka", help="a Kafka sink's transactions: list those left open, abort them")
+    kafka_sub = p.add_subparsers(dest="kafka_command", required=True)
+    k = kafka_sub.add_parser("transactions", help="output partitions held back by an open transaction")
+    k.add_argument("--pipeline", required=True, help="a pipeline with sink: kafka")
+    k.add_argument(
+        "--abort",
+        action="store_true",
+        help="re-initialise the pipeline's transactional ids first: aborts what they left open (do not run "
+        "it while a run of the pipeline is in progress: that run is fenced and fails)",
+    )
+    k.set_defaults(func=cmd_kafka)
+
+    from eosflow.sinks.postgres.compact import DEFAULT_TARGET_ROWS
+
+    p = sub.add_parser("compact", help="merge adjacent committed children of the partitioned targets")
+    p.add_argument("--pipeline", action="append", help="only this pipeline (repeatable; default: all)")
+    p.add_argument(
+        "--target-rows",
+        type=int,
+        default=DEFAULT_TARGET_ROWS,
+        help=f"merge into children of at most this many rows (default {DEFAULT_TARGET_ROWS:,})",
+    )
+    p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("partition", help="migrate an exactly-once target made before partitioned targets")
+    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser(
+        "spark-cluster",
+        help="a Spark standalone master and workers (pyspark's spark-class); use with EOSFLOW_SPARK_MASTER",
+    )
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--workers", type=int, default=2, help="how many workers (default 2, one core each)")
+    p.set_defaults(func=cmd_spark_cluster)
+
+    p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
+    p.set_defaults(func=cmd_airflow)
+
+    p = sub.add_parser(
+        "metrics",
+        help="the pipelines' Prometheus metrics without an Airflow login (what /eosflow/metrics serves)",
+    )
+    p.add_argument(
+        "--listen", default="127.0.0.1:9464", help="host:port to serve /metrics on (default 127.0.0.1:9464)"
+    )
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser(
+        "demo", help="the main job end to end on the local stack, then the round trip back through Kafka"
+    )
+    p.add_argument(
+        "--no-round-trip",
+        action="store_true",
+        help="stop after the ingestion and its checks (skip publishing the orders_published mart to "
+        "orders.published and ingesting it into raw.orders_roundtrip)",
+    )
+    p.set_defaults(func=cmd_demo)
+
+    from eosflow.lab.cli import add_arguments as add_lab_arguments
+
+    p = sub.add_parser("lab", help="real faults x delivery modes: measured loss and duplication, as a report")
+    add_lab_arguments(p)
+    p.set_defaults(func=cmd_lab)
+
+    from eosflow.bench import cli as bench_cli
+
+    p = sub.add_parser("bench", help=bench_cli.HELP)
+    bench_cli.add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except StackError as exc:
+        _log(f"error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Exactly-once ingestion: plan, read, transform, stage, commit (see docs/DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""The ledger: immutable range values, the pure planner, plans and positions, backfill rules."""

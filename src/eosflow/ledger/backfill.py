@@ -1,0 +1,183 @@
+"""Offset-range backfills, validated before any Spark work: catch-up and replay (DESIGN.md).
+
+- catch-up: read forward from the stored position in ordered chunks; each chunk is a normal run.
+- replay: re-read an already committed range [a, b) (say, after a transform fix); the rows of that
+  range are replaced in one transaction, the ledger records the replay, positions do not move.
+
+`validate()` is pure: it gets what Kafka and the warehouse say and returns the chunks to run, or
+raises BackfillError with one message per problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from eosflow.ledger.planner import PartitionOffsets
+from eosflow.ledger.ranges import OffsetRange
+
+MODES = ("catch-up", "replay")
+
+
+class BackfillError(ValueError):
+    """The backfill request cannot run; the message says what is wrong and what would work."""
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    pipeline: str
+    mode: str
+    partitions: tuple[int, ...] | None  # None: every partition
+    from_offset: int | None = None
+    to_offset: int | None = (
+        None  # exclusive; None: up to the last stable offset (catch-up) / position (replay)
+    )
+    chunk_size: int = 100_000
+    topic: str | None = None  # None: the pipeline's only topic
+
+    @classmethod
+    def parse_partitions(cls, text: str | None) -> tuple[int, ...] | None:
+        if text is None or str(text).strip().lower() in ("", "all"):
+            return None
+        try:
+            parts = tuple(sorted({int(p) for p in str(text).split(",") if p.strip()}))
+        except ValueError:
+            raise BackfillError(
+                f"partitions must be 'all' or a comma-separated list like 0,2; got {text!r}"
+            ) from None
+        if not parts or any(p < 0 for p in parts):
+            raise BackfillError(f"partitions must be 'all' or non-negative numbers like 0,2; got {text!r}")
+        return parts
+
+
+def validate(
+    request: BackfillRequest,
+    topic: str,
+    kafka: Mapping[int, PartitionOffsets],
+    positions: Mapping[int, int | None],
+    committed: Mapping[int, tuple[int, int]],
+    max_chunks: int | None = None,
+) -> list[OffsetRange]:
+    """The chunks to run, ordered by partition then offset; or BackfillError naming every problem.
+
+    committed[p] = (first committed start, stored position) for partitions with committed data.
+    max_chunks: how many chunks the runner can take (Airflow maps at most core.max_map_length tasks).
+    """
+    if request.mode not in MODES:
+        raise BackfillError(f"mode must be one of {', '.join(MODES)}; got {request.mode!r}")
+    if request.chunk_size < 1:
+        raise BackfillError(f"chunk size must be at least 1; got {request.chunk_size}")
+    if (
+        request.from_offset is not None
+        and request.to_offset is not None
+        and request.to_offset < request.from_offset
+    ):
+        raise BackfillError(
+            f"the range ends before it starts: to {request.to_offset} < from {request.from_offset}"
+        )
+    chosen = request.partitions if request.partitions is not None else tuple(sorted(kafka))
+    unknown = [p for p in chosen if p not in kafka]
+    if unknown:
+        raise BackfillError(
+            f"topic {topic} has no partition {', '.join(map(str, unknown))}; it has 0 to {max(kafka)}"
+        )
+
+    problems: list[str] = []
+    ranges: list[OffsetRange] = []
+    for p in chosen:
+        offs = kafka[p]
+        if request.mode == "catch-up":
+            r = _catch_up(p, topic, request, offs, positions.get(p), problems)
+        else:
+            r = _replay(p, topic, request, offs, committed.get(p), problems)
+        if r is not None and not r.empty:
+            ranges.append(r)
+    if problems:
+        raise BackfillError(
+            f"backfill of {request.pipeline} refused, nothing was run: " + "; ".join(problems)
+        )
+    if not ranges:
+        raise BackfillError(
+            f"backfill of {request.pipeline}: the requested range is empty in every partition"
+        )
+    chunks = [c for r in ranges for c in chunk(r, request.chunk_size)]
+    if max_chunks is not None and len(chunks) > max_chunks:
+        # Each partition's range gets an equal share of the chunks; the widest decides the size.
+        share = max_chunks // len(ranges)
+        fits = (
+            f"a chunk_size of at least {max(-(-r.span // share) for r in ranges):,}, or fewer partitions"
+            if share
+            else "fewer partitions per backfill"
+        )
+        raise BackfillError(
+            f"backfill of {request.pipeline} refused, nothing was run: {len(chunks)} chunks of "
+            f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
+            f"(Airflow's core.max_map_length); use {fits}"
+        )
+    return chunks
+
+
+def chunk(r: OffsetRange, size: int) -> list[OffsetRange]:
+    return [OffsetRange(r.topic, r.partition, s, min(s + size, r.end)) for s in range(r.start, r.end, size)]
+
+
+def _bounds(p: int, topic: str, start: int, end: int, offs: PartitionOffsets, problems: list[str]) -> bool:
+    ok = True
+    if start < offs.log_start:
+        problems.append(
+            f"{topic}[{p}]: start {start} is below the log start {offs.log_start} "
+            "(Kafka has deleted those records)"
+        )
+        ok = False
+    if end > offs.stable_end:
+        problems.append(f"{topic}[{p}]: end {end} is beyond the last stable offset {offs.stable_end}")
+        ok = False
+    return ok
+
+
+def _catch_up(
+    p: int,
+    topic: str,
+    req: BackfillRequest,
+    offs: PartitionOffsets,
+    position: int | None,
+    problems: list[str],
+) -> OffsetRange | None:
+    stored = position if position is not None else offs.log_start
+    start = req.from_offset if req.from_offset is not None else stored
+    end = req.to_offset if req.to_offset is not None else offs.stable_end
+    if start != stored:
+        where = (
+            f"the stored position {position}" if position is not None else f"the log start {offs.log_start}"
+        )
+        problems.append(
+            f"{topic}[{p}]: a catch-up must start at {where}, not {start} "
+            "(use mode replay to re-read committed offsets)"
+        )
+        return None
+    if end < start:
+        problems.append(f"{topic}[{p}]: end {end} is before the stored position {start}")
+        return None
+    return OffsetRange(topic, p, start, end) if _bounds(p, topic, start, end, offs, problems) else None
+
+
+def _replay(
+    p: int,
+    topic: str,
+    req: BackfillRequest,
+    offs: PartitionOffsets,
+    span: tuple[int, int] | None,
+    problems: list[str],
+) -> OffsetRange | None:
+    if span is None:
+        problems.append(f"{topic}[{p}]: nothing was ever committed, so there is nothing to replay")
+        return None
+    first, position = span
+    start = req.from_offset if req.from_offset is not None else first
+    end = req.to_offset if req.to_offset is not None else position
+    if start < first or end > position:
+        problems.append(
+            f"{topic}[{p}]: [{start}, {end}) was never committed; committed offsets are [{first}, {position})"
+        )
+        return None
+    return OffsetRange(topic, p, start, end) if _bounds(p, topic, start, end, offs, problems) else None

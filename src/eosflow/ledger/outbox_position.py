@@ -1,0 +1,67 @@
+"""A publisher's source position, kept in Kafka: written in the same transaction as its records.
+
+Each publisher has a compacted one-partition topic of its own, `eosflow.publish.offsets.<name>`, keyed
+by `<name>:<shard>`. Of its own because a reader of a shared topic stops at the partition's last
+stable offset: another publisher's open transaction there could hide this one's latest committed
+position from it, and a publisher that starts from a stale position publishes rows twice. Only this
+publisher's transactional id writes its topic, and it is read after `init_transactions` has fenced
+and aborted whatever that id left open, so its last stable offset is its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eosflow.publishers import Publisher
+from eosflow.sinks.kafka.verify import read_to_end
+from eosflow.sources.outbox import Position
+
+_TIMEOUT_S = 30.0
+
+
+def key(publisher: Publisher) -> bytes:
+    return f"{publisher.name}:{publisher.shard}".encode()
+
+
+def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> None:
+    """The offsets topic (compacted, one partition) and the output topic (the cluster's defaults)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from eosflow.sinks.kafka.topics import create
+
+    client = AdminClient(dict(kafka))
+    existing = client.list_topics(timeout=_TIMEOUT_S).topics
+    wanted = []
+    if publisher.offsets_topic not in existing:
+        wanted.append(NewTopic(publisher.offsets_topic, 1, -1, config={"cleanup.policy": "compact"}))
+    if publisher.topic not in existing:
+        wanted.append(NewTopic(publisher.topic, -1, -1))  # -1: num.partitions, default.replication.factor
+    if wanted:
+        create(client, wanted, log)
+
+
+def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:
+    """The last committed position, read_committed; None before the first transaction."""
+    found = None
+    for m in read_to_end(kafka, [(publisher.offsets_topic, 0, -2)], idle_s=_TIMEOUT_S):
+        if m.key() == key(publisher) and m.value() is not None:
+            found = Position.from_json(m.value())
+    return found
+
+
+def read_stored(conn, publisher: Publisher) -> Position | None:
+    """at_least_once: the position stored in Postgres after the last batch was produced."""
+    row = conn.execute(
+        "select xid, id from eosflow.publish_positions where publisher = %s and shard = %s",
+        (publisher.name, publisher.shard),
+    ).fetchone()
+    return Position(row[0], row[1]) if row else None
+
+
+def store(conn, publisher: Publisher, pos: Position) -> None:
+    conn.execute(
+        "insert into eosflow.publish_positions (publisher, shard, xid, id) values (%s, %s, %s, %s) "
+        "on conflict (publisher, shard) do update set xid = excluded.xid, id = excluded.id, "
+        "updated_at = now()",
+        (publisher.name, publisher.shard, pos.xid, pos.id),
+    )

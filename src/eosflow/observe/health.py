@@ -1,0 +1,105 @@
+"""Is a pipeline keeping up? What the health DAG (eosflow_health) asks of every pipeline.
+
+A pipeline is stale when records wait in Kafka (lag above zero) and nothing committed for longer than
+its limit: N ingest intervals for a batch pipeline (its DAG is paused, failing, or stuck), a few
+minutes for a stream pipeline (its `eosflow stream` service is down or stuck; a stream runs outside
+Airflow, so Airflow looks at what it leaves in the ledger). An idle pipeline commits nothing and is
+healthy as long as nothing waits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from eosflow import pipelines
+from eosflow.ledger import store
+from eosflow.settings import Settings, ingest_interval
+from eosflow.sources.kafka.offsets import partition_offsets
+
+STREAM_RUNS = "stream\\_\\_%"  # run ids of `eosflow stream`'s batches (LIKE pattern)
+
+
+def stale_limits(declared: Mapping[str, pipelines.Pipeline]) -> dict[str, float]:
+    """Seconds without a commit, while records wait, after which each pipeline is stale: a batch
+    pipeline's N ingest intervals (EOSFLOW_STALE_INTERVALS, 3), a stream's
+    EOSFLOW_STREAM_STALE_MINUTES (5). The health DAG, the view and the metrics judge by these."""
+    interval_s = ingest_interval().total_seconds()
+    intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
+    stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
+    return {
+        name: stream_s if p.mode == "stream" else intervals * interval_s
+        for name, p in sorted(declared.items())
+    }
+
+
+@dataclass(frozen=True)
+class PipelineHealth:
+    pipeline: str
+    lag: int  # records (offsets) in Kafka after the stored positions, all partitions
+    last_commit_age_s: float | None  # since the last commit that counts; None: never
+    stale_after_s: float
+    mode: str = "stream"  # batch: any commit counts; stream: the stream's own batches
+
+    @property
+    def ok(self) -> bool:
+        return judge(self.lag, self.last_commit_age_s, self.stale_after_s, self.mode, self.pipeline) is None
+
+    def line(self) -> str:
+        age = "never" if self.last_commit_age_s is None else f"{self.last_commit_age_s:,.0f}s ago"
+        found = judge(self.lag, self.last_commit_age_s, self.stale_after_s, self.mode, self.pipeline)
+        what = "stream commit" if self.mode == "stream" else "commit"
+        return f"pipeline {self.pipeline}: lag {self.lag:,}, last {what} {age}: " + (found or "healthy")
+
+
+def judge(
+    lag: int, last_commit_age_s: float | None, stale_after_s: float, mode: str = "stream", pipeline: str = ""
+) -> str | None:
+    """None when healthy, else the one-line reason with the fix."""
+    if lag <= 0:
+        return None
+    if last_commit_age_s is not None and last_commit_age_s <= stale_after_s:
+        return None
+    since = (
+        "has never committed"
+        if last_commit_age_s is None
+        else f"has not committed for {last_commit_age_s:,.0f}s"
+    )
+    if mode == "stream":
+        fix = (
+            "is `eosflow stream` running? (systemd: systemctl status eosflow-stream@<pipeline>; its log "
+            "says why)"
+        )
+        return f"STALE: {lag:,} records wait and the stream {since} (limit {stale_after_s:,.0f}s); {fix}"
+    fix = (
+        f"is the DAG eosflow_ingest_{pipeline or '<pipeline>'} paused, or are its runs failing? Its last "
+        "runs' logs say why"
+    )
+    return f"STALE: {lag:,} records wait and the pipeline {since} (limit {stale_after_s:,.0f}s); {fix}"
+
+
+def check(
+    settings: Settings, pipeline_name: str, stale_after_s: float, now: datetime | None = None
+) -> PipelineHealth:
+    pipeline = pipelines.load(settings, pipeline_name)
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        lag = 0
+        for topic in pipeline.topics:
+            stored = store.positions(conn, pipeline.name, topic)
+            for partition, offsets in partition_offsets(
+                settings.kafka, topic, pipeline.initial_offset, settings.kafka_timeout_s
+            ).items():
+                position = stored.get(partition)
+                lag += max(0, offsets.stable_end - (position if position is not None else offsets.log_start))
+        # A stream's health is its own batches': a backfill committing beside a dead stream is no sign
+        # of life. A batch pipeline's is any commit's.
+        (age,) = conn.execute(
+            "select extract(epoch from coalesce(%s, now()) - max(committed_at))::float8 from eosflow.plans "
+            "where pipeline = %s and status = 'committed' and (%s or run_id like %s)",
+            (now, pipeline.name, pipeline.mode != "stream", STREAM_RUNS),
+        ).fetchone()
+    return PipelineHealth(pipeline.name, lag, age, stale_after_s, pipeline.mode)

@@ -1,0 +1,1 @@
+"""Runners: batch, backfill, stream and publish, each orchestrating source -> transform -> sink."""

@@ -1,0 +1,363 @@
+"""One ingestion run, step by step as docs/DESIGN.md says: plan, read, transform, stage, commit.
+
+`run()` is what `eosflow ingest` and the spark-submit entry point (spark/ingest_job.py) both call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import psycopg
+
+from eosflow import pipelines
+from eosflow.faults import fault_point
+from eosflow.ledger import store
+from eosflow.ledger.migrate import migrate
+from eosflow.ledger.planner import TopicRecreatedError, plan_partitions
+from eosflow.ledger.ranges import Plan, batch_id_for
+from eosflow.runners.summary import RunSummary
+from eosflow.schema import user_transform
+from eosflow.schema.avro import RegistryAuthenticationError, RegistryConfig, RegistryUnavailableError
+from eosflow.settings import Settings
+from eosflow.sinks.postgres import commit as commit_mod
+from eosflow.sources.kafka.offsets import partition_offsets, topic_id
+
+Log = Callable[[str], None]
+IDLE = "idle"  # nothing to read and nothing to establish: no plan persisted (run(skip_idle=True))
+
+
+def new_run_id() -> str:
+    return f"manual__{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def run(
+    settings: Settings,
+    pipeline_name: str,
+    run_id: str | None = None,
+    max_records: int | None = None,
+    acknowledge_data_loss: bool = False,
+    log: Log = print,
+    skip_idle: bool = False,
+) -> RunSummary:
+    """A scheduled (or manual) run: plan every partition from the stored positions, then commit.
+
+    skip_idle: when no partition has anything to read or establish, persist no plan and return the
+    outcome IDLE (the stream's micro-batches, which would otherwise leave a plan per trigger)."""
+    pipeline = pipelines.load(settings, pipeline_name)
+    run_id = run_id or new_run_id()
+    batch_id = batch_id_for(pipeline.name, run_id)
+
+    def make_plan(conn, version: int) -> tuple[Plan | None, str | None]:
+        return _plan(
+            conn,
+            settings,
+            pipeline,
+            run_id,
+            batch_id,
+            max_records,
+            acknowledge_data_loss,
+            version,
+            log,
+            skip_idle,
+        )
+
+    return execute(settings, pipeline, batch_id, make_plan, log)
+
+
+def prepare(
+    settings: Settings,
+    pipeline_name: str,
+    run_id: str,
+    log: Log = print,
+    acknowledge_data_loss: bool = False,
+) -> tuple[Plan, str | None]:
+    """Step 1 alone: plan and persist (or find) the run's plan; the orchestrator's plan task."""
+    pipeline = pipelines.load(settings, pipeline_name)
+    if pipeline.schema.transform is not None:
+        user_transform.load(pipeline.schema.transform)  # not found: the plan task says so, not Spark
+    migrate(settings.warehouse_dsn, log=log)
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        _prepare_sink(conn, settings, pipeline, log)
+        version = store.declaration_version(conn, pipeline)
+        batch_id = batch_id_for(pipeline.name, run_id)
+        return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log)
+
+
+def execute(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    batch_id: str,
+    make_plan: Callable[[psycopg.Connection, int], tuple[Plan | None, str | None]],
+    log: Log,
+) -> RunSummary:
+    """Steps 2 to 5 of the contract, the same for every kind of plan."""
+    summary = RunSummary(pipeline.name, batch_id)
+    timer = _Timer(summary.phases)
+    if pipeline.schema.transform is not None:
+        user_transform.load(pipeline.schema.transform)  # not found: say so before planning anything
+    registry = registry_for(settings, pipeline)
+    migrate(settings.warehouse_dsn, log=log)
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        version = store.declaration_version(conn, pipeline)
+        _refuse_another_declaration(conn, pipeline, batch_id, version)  # before the target changes
+        _prepare_sink(conn, settings, pipeline, log)
+        store.sweep_staging(conn, log)
+        with timer("plan"):
+            plan, status = make_plan(conn, version)
+        if plan is None:
+            summary.outcome = IDLE
+            return summary
+        summary.plan, summary.reused_plan = plan, status is not None
+        if status is not None:
+            log(
+                f"reusing the plan persisted for {batch_id} ({status}): a retry reads exactly the same ranges"
+            )
+        if status == "committed":
+            summary.outcome = commit_mod.ALREADY_COMMITTED
+            log(f"batch {batch_id} committed earlier: nothing to do")
+            return summary
+        log(
+            f"{plan.kind} plan: " + "; ".join(f"{r} ({r.span:,} offsets)" for r in plan.nonempty)
+            if plan.nonempty
+            else "plan: no new records in any partition"
+        )
+        if pipeline.delivery != "exactly_once":
+            log(f"delivery {pipeline.delivery}: the commit is split in two transactions (see DESIGN.md)")
+        fault_point("after_plan")
+
+        if pipeline.kafka_sink is not None:
+            from eosflow.sinks.kafka import ledger_mirror as kafka_ledger
+
+            outcomes = _produce(settings, pipeline, plan, registry, timer, log)  # commits in Kafka
+            fault_point("in_commit")  # committed in Kafka, not yet mirrored in the ledger
+            with timer("ledger mirror"):
+                summary.outcome, summary.counts = kafka_ledger.mirror(conn, plan, outcomes)
+            fault_point("after_commit")
+            return summary
+        records_read: dict[tuple[str, int], int] = {}
+        if plan.nonempty:
+            by_range = commit_mod.stages_by_range(conn, pipeline, plan)
+            records_read = _read_transform_stage(settings, pipeline, plan, registry, by_range, timer, log)
+            _check_topic_unchanged(settings, plan)
+        commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
+        with timer("commit"):
+            summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
+        fault_point("after_commit")
+    return summary
+
+
+def _prepare_sink(conn, settings: Settings, pipeline: pipelines.Pipeline, log: Log) -> None:
+    """The sink ready before planning: the warehouse's target table, or a Kafka sink's topics checked
+    and its ledger caught up with what Kafka committed."""
+    if pipeline.kafka_sink is None:
+        store.ensure_target(conn, pipeline)
+        return
+    from eosflow.sinks.kafka import ledger_mirror as kafka_ledger
+    from eosflow.sinks.kafka import topics as kafka_topics
+
+    kafka_topics.prepare(settings.kafka, pipeline, log)
+    kafka_ledger.reconcile(conn, settings.kafka, pipeline, log)
+
+
+def _produce(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    timer: _Timer,
+    log: Log,
+) -> dict:
+    """A Kafka sink's steps 2 to 5: each Spark task reads its range, checks it, and produces it with its
+    offsets in one Kafka transaction (eosflow.sinks.kafka.produce)."""
+    from eosflow.sinks.kafka import produce as kafka_sink
+
+    if not plan.nonempty:  # no record to read: only first ranges and losses, offsets alone, no Spark
+        return {
+            (p.range.topic, p.range.partition): kafka_sink.offsets_only(
+                settings.kafka, pipeline, p, plan.batch_id
+            )
+            for p in plan.partitions
+            if p.first_seen or p.lost is not None
+        }
+    _check_topic_unchanged(settings, plan)  # before any range commits: nothing would undo it
+    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+produce") as result:
+        encode = None
+        if registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
+            from eosflow.schema.avro_out import register_output
+
+            encode = register_output(
+                registry, pipeline.name, pipeline.schema, pipeline.kafka_sink.output_topic
+            )
+        outcomes = kafka_sink.produce_plan(
+            settings.kafka, pipeline, plan, result.source, result.check, encode
+        )
+    # Each task checked its range before committing it (kafka_sink.RangeTransaction.commit).
+    sink = pipeline.kafka_sink
+    log(
+        f"produced {sum(o.written for o in outcomes.values()):,} records to {sink.output_topic} and "
+        f"{sum(o.rejected for o in outcomes.values()):,} to {sink.dead_letter_topic}, each range with its "
+        "offsets in one Kafka transaction: "
+        + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
+    )
+    return outcomes
+
+
+def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:
+    """The schema registry an Avro pipeline decodes with; refused before planning when unset."""
+    if pipeline.schema.format != "avro":
+        return None
+    if settings.registry is None:
+        raise pipelines.PipelineConfigError(
+            f"pipeline {pipeline.name!r} reads Avro, and no schema registry is configured: set "
+            "EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (the local stack runs one unless "
+            "EOSFLOW_REGISTRY_PORT is 0)"
+        )
+    return settings.registry
+
+
+def _refuse_another_declaration(conn, pipeline: pipelines.Pipeline, batch_id: str, version: int) -> None:
+    """A retry of a batch planned under another declaration: refused, as its rows would differ."""
+    existing = store.load_plan(conn, batch_id)
+    if existing is None:
+        return
+    plan, status = existing
+    if status == "planned" and plan.declaration_version not in (None, version):
+        raise pipelines.PipelineConfigError(
+            f"pipeline {pipeline.name!r}: its declaration changed since batch {batch_id} was planned "
+            f"(version {plan.declaration_version} then, {version} now), and a retry must check its "
+            "records exactly as the first attempt did. Nothing of the batch was committed: restore the "
+            "declaration to finish this run, or start a new run (a new run id) under the new one"
+        )
+
+
+def _plan(
+    conn,
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    run_id: str,
+    batch_id: str,
+    max_records: int | None,
+    acknowledge_data_loss: bool,
+    declaration_version: int,
+    log: Log,
+    skip_idle: bool = False,
+) -> tuple[Plan | None, str | None]:
+    existing = store.load_plan(conn, batch_id)
+    if existing is not None:
+        return existing
+    first_run = not store.has_committed(conn, pipeline.name)
+    parts = []
+    for topic in pipeline.topics:
+        current_id = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
+        kafka = partition_offsets(settings.kafka, topic, pipeline.initial_offset, settings.kafka_timeout_s)
+        if not first_run:
+            # The initial policy is for a pipeline's first run; a partition (or topic) added later
+            # starts at its beginning, or records produced to it before this run would be skipped.
+            kafka = {p: dataclasses.replace(o, initial=None) for p, o in kafka.items()}
+        parts += plan_partitions(
+            pipeline.name,
+            topic,
+            kafka,
+            store.positions(conn, pipeline.name, topic),
+            max_records or pipeline.max_records_per_partition,
+            acknowledge_data_loss,
+            current_id,
+            store.stored_topic_ids(conn, pipeline.name, topic),
+        )
+    if skip_idle and not any(p.range.span or p.first_seen or p.lost for p in parts):
+        return None, None
+    saved = store.save_plan(
+        conn, Plan(batch_id, pipeline.name, run_id, tuple(parts), declaration_version=declaration_version)
+    )
+    return saved, None
+
+
+def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
+    """The topic read is the one planned: re-created in between, its offsets would be other records."""
+    for topic, planned in sorted({(p.range.topic, p.topic_id) for p in plan.partitions if p.topic_id}):
+        current = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
+        if current != planned:
+            raise TopicRecreatedError(plan.pipeline, topic, planned, current)
+
+
+def _read_transform_stage(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    by_range: bool,
+    timer: _Timer,
+    log: Log,
+) -> dict[tuple[str, int], int]:
+    """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging."""
+    from eosflow.sinks.postgres.stage import stage
+    from eosflow.sources.kafka.read import check_within_plan
+
+    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+stage") as result:
+        staged = stage(settings, pipeline, plan, result, by_range=by_range)
+    records_read = check_within_plan(plan, staged.read)
+    log(
+        f"read {sum(records_read.values()):,} records and staged them: "
+        f"{staged.valid:,} rows, {staged.rejected:,} rejected"
+    )
+    # The pass reads and stages together, so both points stand after it: the state a crash leaves
+    # there is the same (staged, not committed), and the lab still kills at each named boundary.
+    fault_point("after_read")
+    fault_point("after_stage")
+    return records_read
+
+
+@contextmanager
+def _checked_read(
+    settings: Settings,
+    pipeline: pipelines.Pipeline,
+    plan: Plan,
+    registry: RegistryConfig | None,
+    timer: _Timer,
+    phase: str,
+):
+    """Steps 2 and 3 for every sink: Spark reads the planned ranges and checks them; the caller's sink
+    writes them inside this block, which times it as `phase` and turns the workers' errors into ours."""
+    from eosflow.sources.kafka.read import data_loss_as_error, read_plan
+    from eosflow.spark.session import get_spark
+    from eosflow.spark.worker_errors import raised_in_workers
+    from eosflow.transform import transform
+
+    with timer("spark start"):
+        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+    fault_point("before_read")
+    with (
+        timer(phase),
+        data_loss_as_error(plan, settings.kafka),
+        raised_in_workers(
+            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
+        ),
+    ):
+        yield transform(
+            read_plan(spark, settings.kafka, plan),
+            pipeline=pipeline.name,
+            batch_id=plan.batch_id,
+            transform_version=pipeline.transform_version,
+            max_value_bytes=pipeline.max_value_bytes,
+            schema=pipeline.schema,
+            declaration_version=plan.declaration_version,
+            registry=registry,
+        )
+
+
+class _Timer:
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - started

@@ -1,0 +1,175 @@
+"""`eosflow publish`: an outbox's committed rows into a Kafka topic, each batch with its position in one
+Kafka transaction (docs/DESIGN.md, "Publishing").
+
+Its loop, in the order that makes it exactly once:
+
+1. `init_transactions` on the publisher's fixed transactional id (`eosflow.publish.<name>.<shard>`):
+   an earlier publisher still alive (a zombie) is fenced, and its open transaction aborted;
+2. only then the last committed position is read from the offsets topic;
+3. per batch: the rows after the position whose transactions are all finished (outbox.py), produced
+   with the new position in one transaction; a batch is at most `batch_rows` rows, and an empty
+   batch makes no transaction. Idle, it polls every `batch_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import psycopg
+
+from eosflow.faults import fault_point
+from eosflow.ledger import outbox_position as position
+from eosflow.ledger.migrate import migrate
+from eosflow.publishers import Publisher
+from eosflow.settings import Settings
+from eosflow.sources import outbox
+from eosflow.sources.outbox import Position
+
+Log = Callable[[str], None]
+ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
+_TIMEOUT_S = 60.0
+
+
+class PublisherFencedError(RuntimeError):
+    """A newer publisher of the same name took over: this one stopped, its open batch aborted."""
+
+
+@dataclass
+class PublishSummary:
+    publisher: str
+    started_at: Position | None = None
+    position: Position | None = None
+    transactions: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    batches: list[int] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = f"{self.position.xid}/{self.position.id}" if self.position else "nothing published yet"
+        rate = f", {self.rows / self.seconds:,.0f} rows/s" if self.seconds and self.rows else ""
+        return (
+            f"publisher {self.publisher}: {self.rows:,} rows in {self.transactions:,} transactions "
+            f"({self.seconds:.1f} s{rate}); position {where}"
+        )
+
+
+def transactional_id(publisher: Publisher) -> str:
+    return f"eosflow.publish.{publisher.name}.{publisher.shard}"
+
+
+def publish(
+    settings: Settings,
+    publisher: Publisher,
+    follow: bool = False,
+    max_seconds: float | None = None,
+    log: Log = print,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> PublishSummary:
+    """Publish what is committed now (or, `follow`, keep publishing until stopped or `max_seconds`)."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    started = time.monotonic()
+    summary = PublishSummary(publisher.name)
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        id_type = outbox.prepare(conn, publisher, log)
+        position.ensure_topics(settings.kafka, publisher, log)
+        exactly_once = publisher.delivery == "exactly_once"
+        config = {**settings.kafka, "enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        if exactly_once:
+            config["transactional.id"] = transactional_id(publisher)
+        producer = Producer(config)
+        if exactly_once:
+            producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
+            current = position.read(settings.kafka, publisher)  # only after the fencing
+        else:
+            migrate(settings.warehouse_dsn, log=log)
+            current = position.read_stored(conn, publisher)
+        summary.started_at = current
+        log(
+            f"publisher {publisher.name}: from {current.xid}/{current.id}"
+            if current
+            else f"publisher {publisher.name}: first run, from the outbox's first committed row"
+        )
+        try:
+            while not should_stop():
+                fault_point("publish_before_batch")
+                rows = outbox.committed_after(conn, publisher, id_type, current, publisher.batch_rows)
+                if not rows:
+                    if not follow or (max_seconds is not None and time.monotonic() - started >= max_seconds):
+                        break
+                    time.sleep(publisher.batch_seconds)
+                    continue
+                if exactly_once:
+                    current = _one_transaction(producer, publisher, rows)
+                else:
+                    current = _produce_then_store(conn, producer, publisher, rows)
+                summary.transactions += 1
+                summary.rows += len(rows)
+                summary.position = current
+                fault_point("publish_after_commit")
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    break
+        except KafkaException as exc:
+            if exc.args[0].code() in (
+                KafkaError._FENCED,
+                KafkaError.PRODUCER_FENCED,
+                KafkaError.INVALID_PRODUCER_EPOCH,
+            ):
+                raise PublisherFencedError(
+                    f"publisher {publisher.name} was fenced: another publisher of the same name initialised "
+                    f"{transactional_id(publisher)} since this one started. Its open batch was aborted and "
+                    "nothing of it is visible; the newer publisher continues from the committed position."
+                ) from None
+            raise
+    summary.position = summary.position or current
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _one_transaction(producer, publisher: Publisher, rows: list[dict]) -> Position:
+    producer.begin_transaction()
+    _produce_rows(producer, publisher, rows)
+    last = outbox.position_of(rows[-1], publisher)
+    _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
+    producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
+    fault_point("publish_in_transaction")  # records and position produced, the transaction open
+    producer.commit_transaction(_TIMEOUT_S)
+    return last
+
+
+def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) -> Position:
+    """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
+    _produce_rows(producer, publisher, rows)
+    remaining = producer.flush(_TIMEOUT_S)
+    if remaining:
+        raise TimeoutError(
+            f"{remaining} records of publisher {publisher.name} not delivered in {_TIMEOUT_S:.0f}s"
+        )
+    fault_point("publish_in_transaction")  # the records delivered, the position not stored
+    last = outbox.position_of(rows[-1], publisher)
+    position.store(conn, publisher, last)
+    return last
+
+
+def _produce_rows(producer, publisher: Publisher, rows: list[dict]) -> None:
+    for row in rows:
+        key, value = outbox.row_key(row, publisher), outbox.row_value(row)
+        _produce(producer, publisher.topic, key, value, _headers(row, publisher))
+
+
+def _headers(row: dict, publisher: Publisher) -> list[tuple[str, bytes]]:
+    return [
+        (ROW_ID_HEADER, outbox.position_of(row, publisher).id.encode()),
+        (XID_HEADER, str(row[outbox.XID_COLUMN]).encode()),
+    ]
+
+
+def _produce(producer, topic: str, key, value, headers) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.1)

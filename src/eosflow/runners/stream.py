@@ -1,0 +1,208 @@
+"""`eosflow stream`: one long-running process, one SparkSession, micro-batches through the batch protocol.
+
+Each micro-batch is an ordinary batch (`job.run`) with a run id of its own, `stream__<start>_<n>`: planned
+from the ledger's positions, read read_committed, checked, staged and committed, or produced with its
+offsets for a Kafka sink, exactly as a scheduled run. Only the SparkSession outlives a batch (get_spark
+returns the active one). There is no checkpoint directory: the ledger is the only position, so a stream
+restarted after a crash, a batch run, a backfill or a replay all plan from the same place.
+
+A batch fenced by another run that committed first (a scheduled run, a backfill chunk) is abandoned, as
+a fenced batch run is, and the next batch re-plans from the positions that run left. An idle trigger
+(nothing new in any partition) persists no plan. A stop request (SIGTERM, Ctrl-C) is honoured between
+batches: the batch in flight commits or fails as a whole first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+from psycopg import sql
+
+from eosflow import pipelines
+from eosflow.ledger.ranges import Plan
+from eosflow.runners import job
+from eosflow.runners.stream_status import BatchFigures, StreamStatus
+from eosflow.runners.summary import RunSummary
+from eosflow.settings import Settings
+from eosflow.sinks.postgres import commit
+
+Log = Callable[[str], None]
+MAX_BACKOFF_S = 30.0
+# A failed batch commits nothing, so the stream may try again: the broker or Postgres restarting, a Spark
+# task lost. After this many failures in a row it stops (exit 1) and its supervisor decides.
+MAX_FAILURES_IN_A_ROW = 5
+STREAM_SPARK_CONF = {
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "2000",
+    "spark.sql.ui.retainedExecutions": "50",
+}
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    trigger_s: float = 2.0  # a batch starts this often; at once while a partition still has lag
+    max_batch_records: int | None = None  # per partition per batch (default: the pipeline's)
+    status_every: int = 10  # a status line every N batches, over those N
+    max_batches: int | None = None  # stop after this many batches (tests, benchmarks)
+    max_seconds: float | None = None  # stop after this long
+    every_batch: bool = False  # a line per non-idle batch: outcome, records, time per step
+
+
+def run_id_prefix() -> str:
+    return f"stream__{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def stream(
+    settings: Settings,
+    pipeline_name: str,
+    options: StreamOptions = StreamOptions(),
+    stop: threading.Event | None = None,
+    log: Log = print,
+) -> StreamStatus:
+    """Micro-batches until `stop` is set (or max_batches/max_seconds); returns the figures."""
+    from eosflow.spark.session import get_spark
+
+    stop = stop or threading.Event()
+    pipeline = pipelines.load(settings, pipeline_name)
+    prefix, status = run_id_prefix(), StreamStatus(window=options.status_every)
+    # One JVM for the stream's life: it keeps what its JIT compiles, unlike a batch run's JVM, and
+    # keeps a bounded history of its jobs (Spark's default, 1,000 jobs and SQL executions with their
+    # tasks, is a quarter hour of one-second batches in the driver's heap).
+    spark = get_spark(settings, f"eosflow-stream-{pipeline.name}", jit="", extra=STREAM_SPARK_CONF)
+    _warm_up(spark)
+    log(
+        f"streaming pipeline {pipeline.name} ({', '.join(pipeline.topics)} -> {_output(pipeline)}): a batch "
+        f"every {options.trigger_s:g}s, run ids {prefix}_<n>; stop with SIGTERM or Ctrl-C"
+    )
+    started = last_end = time.monotonic()
+    backoff, n, failures = 1.0, 0, 0
+    try:
+        while not stop.is_set():
+            n += 1
+            batch_started = time.monotonic()
+            try:
+                summary = job.run(
+                    settings,
+                    pipeline.name,
+                    f"{prefix}_{n:06d}",
+                    options.max_batch_records,
+                    log=lambda m: None,
+                    skip_idle=True,
+                )
+            except commit.FencedError as exc:
+                log(f"batch {n} fenced, re-planning from the positions the other run left: {exc}")
+                summary = RunSummary(pipeline.name, f"{prefix}_{n:06d}", outcome="fenced")
+            except Exception as exc:
+                if _needs_a_person(exc) or failures + 1 >= MAX_FAILURES_IN_A_ROW:
+                    raise
+                failures += 1
+                log(
+                    f"batch {n} failed ({failures} in a row), nothing of it committed; retrying in "
+                    f"{backoff:.0f}s: {type(exc).__name__}: {_first_line(exc)}"
+                )
+                stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            backoff, failures = 1.0, 0
+            done = time.monotonic()
+            figures = BatchFigures(
+                summary.batch_id,
+                summary.outcome,
+                summary.records_read,
+                done - last_end,
+                _lag(summary.plan),
+                _latencies(settings, pipeline, summary, time.time()),
+            )
+            last_end = done
+            status.add(figures)
+            if options.every_batch and summary.outcome != job.IDLE:
+                log(_batch_line(n, summary, done - batch_started))
+            if status.total_batches % options.status_every == 0:
+                log(status.line())
+            if options.max_batches is not None and status.total_batches >= options.max_batches:
+                break
+            if options.max_seconds is not None and done - started >= options.max_seconds:
+                break
+            if figures.outcome != commit.COMMITTED or not any(figures.lag.values()):
+                stop.wait(max(0.0, options.trigger_s - (time.monotonic() - batch_started)))
+    finally:
+        spark.stop()
+    log(f"stopped after {time.monotonic() - started:.0f}s: {status.line()}")
+    return status
+
+
+def _needs_a_person(exc: Exception) -> bool:
+    """A refusal no retry can change (a declaration error, a data loss to acknowledge, a re-created
+    topic, counts that do not add up): the exit codes 2, 4 and 5 of `eosflow ingest`."""
+    from eosflow.cli.ingest import EXIT
+
+    return any(isinstance(exc, kind) and code in (2, 4, 5) for kind, code in EXIT.items())
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def _warm_up(spark) -> None:
+    """Start the Python workers and import what a batch's tasks import, before the first batch: its
+    records would otherwise wait for it (the first batch took 6.7 s of a 1 s trigger's budget)."""
+    spark.range(0, 8, numPartitions=8).mapInArrow(_import_task_modules, "id long").collect()
+
+
+def _import_task_modules(batches):
+    import eosflow.sinks.kafka.produce  # noqa: F401
+    import eosflow.sinks.postgres.stage  # noqa: F401
+    import eosflow.transform  # noqa: F401
+
+    yield from batches
+
+
+def _batch_line(n: int, summary: RunSummary, seconds: float) -> str:
+    steps = ", ".join(f"{k} {v:.2f}s" for k, v in summary.phases.items())
+    return f"batch {n}: {summary.outcome}, {summary.records_read:,} records in {seconds:.2f}s ({steps})"
+
+
+def _output(pipeline: pipelines.Pipeline) -> str:
+    return pipeline.target_table if pipeline.kafka_sink is None else pipeline.kafka_sink.output_topic
+
+
+def _lag(plan: Plan | None) -> dict[str, int]:
+    if plan is None:
+        return {}
+    return {f"{p.range.topic}[{p.range.partition}]": p.lag_after for p in plan.partitions}
+
+
+def _latencies(
+    settings: Settings, pipeline: pipelines.Pipeline, summary: RunSummary, committed_at: float
+) -> tuple[float, ...]:
+    """Seconds from each committed record's Kafka timestamp to `committed_at`, read back from the target
+    through its (topic, partition, offset) key. A Kafka sink has no table to read them from: none."""
+    if summary.outcome != commit.COMMITTED or summary.plan is None or pipeline.kafka_sink is not None:
+        return ()
+    ranges = summary.plan.nonempty
+    if not ranges:
+        return ()
+    schema, table = pipeline.target_table.split(".")
+    query = sql.SQL(" union all ").join(
+        sql.SQL(
+            "select extract(epoch from kafka_timestamp)::float8 from {} where kafka_topic = {} "
+            "and kafka_partition = {} and kafka_offset >= {} and kafka_offset < {} "
+            "and kafka_timestamp is not null"
+        ).format(
+            sql.Identifier(schema, table),
+            sql.Literal(r.topic),
+            sql.Literal(r.partition),
+            sql.Literal(r.start),
+            sql.Literal(r.end),
+        )
+        for r in ranges
+    )
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        return tuple(committed_at - ts for (ts,) in conn.execute(query))

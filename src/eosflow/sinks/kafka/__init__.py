@@ -1,0 +1,1 @@
+"""The Kafka sink: records and consumed offsets in one Kafka transaction, mirrored in the ledger."""

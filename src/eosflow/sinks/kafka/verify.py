@@ -1,0 +1,190 @@
+"""`eosflow verify` for a Kafka sink: every source record read appears exactly once downstream.
+
+A Kafka sink has no table for dbt to check, so the check reads Kafka itself, read_committed, as a
+downstream consumer would: the source records in the ledger's committed ranges on one side, and on
+the other every record of the output and dead-letter topics, each naming its source record in its
+`eosflow-source-*` headers. A source record missing is a loss, one found twice a duplicate, and a
+record that names no committed source record is something that should not be there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import psycopg
+
+from eosflow.pipelines import Pipeline
+from eosflow.settings import Settings
+from eosflow.sinks.kafka.produce import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+
+Coordinates = tuple[str, int, int]  # (source topic, partition, offset)
+SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.name:<46} {'ok' if self.ok else 'FAILED'}  {self.detail}"
+
+
+@dataclass(frozen=True)
+class KafkaVerifyResult:
+    """The same shape as verify.VerifyResult, so the CLI and the DAG's verify task print either."""
+
+    pipeline: str
+    checks: tuple[Finding, ...]
+    returncode: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.checks)
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [f for f in self.checks if not f.ok]
+
+    def table(self) -> str:
+        lines = [f"Kafka verify of pipeline {self.pipeline}: {'ok' if self.ok else 'FAILED'}"]
+        return "\n".join(lines + [f"  {f.describe()}" for f in self.checks])
+
+
+def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
+    sink = pipeline.kafka_sink
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        ranges = conn.execute(
+            "select topic, partition, start_offset, end_offset from eosflow.ledger "
+            "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
+            (pipeline.name,),
+        ).fetchall()
+        written, rejected = conn.execute(
+            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
+            "where pipeline = %s and kind = 'data'",
+            (pipeline.name,),
+        ).fetchone()
+    source = set(_source_records(settings.kafka, ranges))
+    output = Counter(_named_sources(settings.kafka, sink.output_topic))
+    dead = Counter(_named_sources(settings.kafka, sink.dead_letter_topic))
+    found = output + dead
+    lost = sorted(source - found.keys())
+    twice = sorted(k for k, n in found.items() if n > 1)
+    foreign = sorted(k for k in found if k not in source)
+    checks = (
+        Finding(
+            "every source record read appears",
+            not lost,
+            f"{len(source):,} source records in {len(ranges)} committed ranges"
+            + (f"; {len(lost):,} missing, e.g. {_show(lost)}" if lost else ""),
+        ),
+        Finding(
+            "no source record appears twice",
+            not twice,
+            f"{len(twice):,} appear more than once, e.g. {_show(twice)}" if twice else "",
+        ),
+        Finding(
+            "nothing else in the output",
+            not foreign,
+            f"{len(foreign):,} records name no committed source record, e.g. {_show(foreign)}"
+            if foreign
+            else "",
+        ),
+        Finding(
+            "the ledger's counts match the topics",
+            (written, rejected) == (sum(output.values()), sum(dead.values())),
+            f"ledger {written:,} written + {rejected:,} rejected; {sink.output_topic} has "
+            f"{sum(output.values()):,}, {sink.dead_letter_topic} {sum(dead.values()):,}",
+        ),
+    )
+    return KafkaVerifyResult(pipeline.name, checks)
+
+
+def _show(keys: list[Coordinates]) -> str:
+    return ", ".join(f"{t}[{p}]@{o}" for t, p, o in keys[:SHOWN])
+
+
+def read_to_end(
+    kafka: Mapping[str, str],
+    starts: Iterable[tuple[str, int, int]],
+    ends: Mapping[tuple[str, int], int] | None = None,
+    isolation: str = "read_committed",
+    idle_s: float = 30.0,
+) -> Iterator:
+    """The records of each (topic, partition) from its start offset (-2: the beginning) to the end a
+    reader with `isolation` sees now, or to `ends` (exclusive); stops after `idle_s` without progress."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    ends = ends or {}
+    try:
+        assignment = [TopicPartition(t, p, o) for t, p, o in starts]
+        open_ = {(tp.topic, tp.partition) for tp in assignment}
+        consumer.assign(assignment)
+        idle_since = time.monotonic()
+        while open_ and time.monotonic() - idle_since < idle_s:
+            # A short wait: consume() returns early only once it has num_messages.
+            batch = consumer.consume(5_000, timeout=0.2)
+            if batch:
+                idle_since = time.monotonic()
+            for m in batch:
+                key = (m.topic(), m.partition())
+                if key not in open_:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        open_.discard(key)
+                    continue
+                if key in ends and m.offset() >= ends[key]:
+                    open_.discard(key)
+                    continue
+                yield m
+    finally:
+        consumer.close()
+
+
+def _source_records(
+    kafka: Mapping[str, str], ranges: Iterable[tuple[str, int, int, int]]
+) -> Iterator[Coordinates]:
+    """The offsets of the records a read_committed reader gets in each range (aborted ones are none)."""
+    ranges = list(ranges)
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for topic, partition, start, end in ranges:
+        by_partition.setdefault((topic, partition), []).append((start, end))
+    # One consumer for all partitions, each read from its first range's start to its last range's end
+    # (the ledger's ranges of a partition are contiguous: I2), every offset then kept if inside a range.
+    starts = [(t, p, min(s for s, _ in spans)) for (t, p), spans in by_partition.items()]
+    ends = {key: max(e for _, e in spans) for key, spans in by_partition.items()}
+    for m in read_to_end(kafka, starts, ends):
+        spans = by_partition[(m.topic(), m.partition())]
+        if any(s <= m.offset() < e for s, e in spans):
+            yield m.topic(), m.partition(), m.offset()
+
+
+def _named_sources(kafka: Mapping[str, str], topic: str) -> Iterator[Coordinates]:
+    """The source record each committed record of `topic` names in its headers."""
+    for m in read_to_end(kafka, [(topic, p, -2) for p in partitions_of(kafka, topic)]):
+        h = dict(m.headers() or [])
+        try:
+            yield h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET])
+        except (KeyError, ValueError):
+            yield f"(no source headers: {topic})", m.partition(), m.offset()
+
+
+def partitions_of(kafka: Mapping[str, str], topic: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    found = AdminClient(dict(kafka)).list_topics(topic, timeout=30).topics.get(topic)
+    return sorted(found.partitions) if found is not None and found.error is None else []

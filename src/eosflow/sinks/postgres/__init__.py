@@ -1,0 +1,1 @@
+"""The warehouse sink: rows, rejected rows, ranges and positions in one Postgres transaction."""

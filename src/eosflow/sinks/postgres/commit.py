@@ -1,0 +1,530 @@
+"""Step 5 of the contract: output, rejected rows, ledger and positions in ONE transaction.
+
+(Unless the pipeline asks for at_least_once or at_most_once: those split the commit in two, in
+the order DESIGN.md gives, so the lab can show what the split costs.)
+
+Either all of a batch becomes visible with its ranges, or none of it does. A retry of a batch
+that already committed finds its ledger rows and does nothing; a run whose plan no longer
+matches the stored positions (stale plan, zombie, concurrent run) is fenced and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from eosflow.faults import fault_point
+from eosflow.ledger.planner import TopicRecreatedError
+from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+from eosflow.ledger.store import drop_ranges, staging_table
+from eosflow.pipelines import Pipeline
+from eosflow.sinks.postgres import partitions
+
+COMMITTED = "committed"
+ALREADY_COMMITTED = "already committed"
+
+
+class FencedError(RuntimeError):
+    """Another run moved a position this plan starts from; nothing was written."""
+
+
+class StagingIncompleteError(RuntimeError):
+    """The staged rows do not add up to what was read; nothing was written."""
+
+
+class ReplayCountError(RuntimeError):
+    """A replay re-read another number of records than is committed for its range; nothing was written."""
+
+
+@dataclass(frozen=True)
+class PartitionCounts:
+    read: int  # records Spark read in the planned range
+    written: int = 0  # output rows committed
+    rejected: int = 0  # rejected rows committed
+
+
+Key = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A partition's position row, as the commit sees it under lock."""
+
+    next_offset: int | None
+    topic_id: str | None
+    replays: int
+
+
+def commit(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts."""
+    with _staging_dropped_on_refusal(conn, plan):
+        if pipeline.delivery == "at_least_once":
+            return _commit_output_then_positions(conn, pipeline, plan, records_read)
+        if pipeline.delivery == "at_most_once":
+            return _commit_positions_then_output(conn, pipeline, plan, records_read)
+        return _commit_exactly_once(conn, pipeline, plan, records_read)
+
+
+def _commit_exactly_once(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    stage = sql.SQL(staging_table(plan.batch_id))
+    with conn.transaction():
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        _check_fencing(plan, locked)
+        if partitions.is_partitioned(conn, pipeline.target_table):
+            counts = _range_counts(conn, plan, records_read)
+            _attach_ranges(conn, pipeline, plan, counts)
+        else:  # a target made before partitioned targets, not migrated yet
+            counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+            _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        advance(conn, plan, counts)
+        _finish(conn, stage, plan)
+        fault_point("in_commit")
+    return COMMITTED, counts
+
+
+def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> bool:
+    """Whether the batch stages a child per range (to be attached) rather than one staging table."""
+    return (
+        plan.kind != "replay"
+        and pipeline.delivery == "exactly_once"
+        and partitions.is_partitioned(conn, pipeline.target_table)
+    )
+
+
+def _range_counts(
+    conn: psycopg.Connection, plan: Plan, records_read: Mapping[Key, int]
+) -> dict[Key, PartitionCounts]:
+    """What each range's task recorded it staged (no row is scanned), checked against what was read.
+
+    The rejected rows are counted too: staging.rejected is unlogged, and a crash empties it.
+    """
+    staged = {
+        (t, p): (w, j)
+        for t, p, w, j in conn.execute(
+            "select topic, partition, rows_written, rows_rejected from staging.ranges where batch_id = %s",
+            (plan.batch_id,),
+        ).fetchall()
+    }
+    rejected = {
+        (t, p): n
+        for t, p, n in conn.execute(
+            "select kafka_topic, kafka_partition, count(*) from staging.rejected where batch_id = %s "
+            "group by 1, 2",
+            (plan.batch_id,),
+        ).fetchall()
+    }
+    written = {key: w for key, (w, _) in staged.items()}
+    recorded = {key: j for key, (_, j) in staged.items()}
+    return _add_up(plan, records_read, written, recorded, rejected)
+
+
+def _attach_ranges(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, counts: Mapping[Key, PartitionCounts]
+) -> None:
+    """Each range's staged child attached to the target (no scan, no index build), and the rejected rows.
+
+    A range whose task read no record (only aborted records or markers) gets an empty child, so every
+    committed range holds its bound in the target and an overlapping one is refused by Postgres.
+    """
+    target = pipeline.target_table
+    children = dict(
+        ((t, p), child)
+        for t, p, child in conn.execute(
+            "select topic, partition, child from staging.ranges where batch_id = %s", (plan.batch_id,)
+        ).fetchall()
+    )
+    for r in plan.ranges:
+        if r.empty:
+            continue
+        child = children.get((r.topic, r.partition))
+        if child is None:
+            child = partitions.staged_child(plan.batch_id, r.topic, r.partition)
+            for statement in partitions.create_child(target, child, r.topic, r.partition, r.start, r.end):
+                conn.execute(statement)
+            conn.execute(partitions.add_key(child))
+        committed = partitions.committed_name(target, r.topic, r.partition, r.start)
+        for statement in partitions.move(child, committed):
+            conn.execute(statement)
+        conn.execute(partitions.note_rows(committed, counts[(r.topic, r.partition)].written))
+        conn.execute(partitions.attach(target, committed, r.topic, r.partition, r.start, r.end))
+    conn.execute(
+        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s",
+        (plan.batch_id, pipeline.name),
+    )
+    conn.execute("delete from staging.ranges where batch_id = %s", (plan.batch_id,))
+
+
+def _commit_output_then_positions(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
+    stage = sql.SQL(staging_table(plan.batch_id))
+    with conn.transaction():
+        if already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _clear_staging(conn, stage, plan.batch_id)
+    fault_point("in_commit")  # output visible, positions not moved: the duplicate window
+    with conn.transaction():
+        _check_fencing(plan, lock_positions(conn, plan))
+        advance(conn, plan, counts)
+        _finish(conn, stage, plan)
+    return COMMITTED, counts
+
+
+def _commit_positions_then_output(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """at_most_once: the positions commit first; a crash before the output does loses it."""
+    stage = sql.SQL(staging_table(plan.batch_id))
+    with conn.transaction():
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        _check_fencing(plan, locked)
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        advance(conn, plan, counts)
+        conn.execute(
+            "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+            (plan.batch_id,),
+        )
+    fault_point("in_commit")  # positions moved, output not written: the loss window
+    with conn.transaction():
+        _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _clear_staging(conn, stage, plan.batch_id)
+    return COMMITTED, counts
+
+
+def advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, PartitionCounts]) -> None:
+    """One ledger row per range (and per acknowledged loss), and the positions moved to the ends."""
+    for part in plan.partitions:
+        r, key = part.range, (part.range.topic, part.range.partition)
+        if part.lost is not None:
+            _ledger(conn, plan, part.lost, "lost", PartitionCounts(0))
+        if not r.empty or part.first_seen:
+            # An empty first range still goes in: it fixes where the partition's history starts.
+            _ledger(conn, plan, r, "data", counts[key])
+        if not r.empty or part.first_seen or part.lost is not None:
+            # A loss that emptied the partition moves the position too, to the end of the lost range.
+            conn.execute(
+                "update eosflow.positions set next_offset = %s, topic_id = coalesce(%s, topic_id), "
+                "updated_at = now() where pipeline = %s and topic = %s and partition = %s",
+                (r.end, part.topic_id, plan.pipeline, r.topic, r.partition),
+            )
+
+
+def lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, Locked]:
+    # Partition order everywhere, so two commits of one pipeline can never deadlock.
+    rows = conn.execute(
+        "select topic, partition, next_offset, topic_id, replays from eosflow.positions "
+        "where pipeline = %s and (topic, partition) in (select * from unnest(%s::text[], %s::int[])) "
+        "order by topic, partition for update",
+        (plan.pipeline, [r.topic for r in plan.ranges], [r.partition for r in plan.ranges]),
+    ).fetchall()
+    return {(topic, partition): Locked(offset, tid, n) for topic, partition, offset, tid, n in rows}
+
+
+def _check_topic_identity(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    for part in plan.partitions:
+        stored = locked.get((part.range.topic, part.range.partition))
+        if stored and stored.topic_id and part.topic_id and stored.topic_id != part.topic_id:
+            raise TopicRecreatedError(plan.pipeline, part.range.topic, stored.topic_id, part.topic_id)
+
+
+def expected_position(part: PartitionPlan) -> int | None:
+    """Where the stored position must be for this part to commit: its start, or none at all.
+
+    Only a partition's first range commits onto no position, and the planner makes a first range
+    start where the partition's history may start (the log start or the initial policy), never in
+    the middle of a catch-up.
+    """
+    if part.first_seen:
+        return None
+    return part.lost.start if part.lost else part.range.start
+
+
+def _check_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    _check_topic_identity(plan, locked)
+    moved = []
+    for part in plan.partitions:
+        key = (part.range.topic, part.range.partition)
+        expected = expected_position(part)
+        if key not in locked or locked[key].next_offset != expected:
+            found = locked[key].next_offset if key in locked else "no position row"
+            moved.append(
+                f"{part.range.topic}[{part.range.partition}] planned from {expected}, position is now {found}"
+            )
+    if moved:
+        raise FencedError(
+            f"batch {plan.batch_id} is fenced: another run committed these partitions since it was planned "
+            f"({'; '.join(moved)}). Nothing was written. This is the protection against zombies and "
+            "concurrent runs working; start a new run (new run id) to continue from the stored positions."
+        )
+
+
+def _staged_counts(
+    conn: psycopg.Connection,
+    stage: sql.Composable,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+) -> dict[Key, PartitionCounts]:
+    # Per (topic, partition): a pipeline may read several topics.
+    written = (
+        {
+            (t, p): n
+            for t, p, n in conn.execute(
+                sql.SQL("select kafka_topic, kafka_partition, count(*) from {} group by 1, 2").format(stage)
+            )
+        }
+        if _exists(conn, stage)
+        else {}  # nothing was staged: a plan with no records to read, or a step skipped (caught below)
+    )
+    rejected = {
+        (t, p): n
+        for t, p, n in conn.execute(
+            "select kafka_topic, kafka_partition, count(*) from staging.rejected "
+            "where batch_id = %s and pipeline = %s group by 1, 2",
+            (plan.batch_id, pipeline.name),
+        ).fetchall()
+    }
+    return _add_up(plan, records_read, written, rejected)
+
+
+def _add_up(
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    written: Mapping[Key, int],
+    rejected: Mapping[Key, int],
+    rejected_found: Mapping[Key, int] | None = None,
+) -> dict[Key, PartitionCounts]:
+    """Each range's counts, or StagingIncompleteError if staging does not add up to what was read.
+
+    rejected_found: the rejected rows staging.rejected holds, when `rejected` is what tasks recorded.
+    """
+    counts: dict[Key, PartitionCounts] = {}
+    wrong = []
+    for r in plan.ranges:
+        key = (r.topic, r.partition)
+        c = PartitionCounts(records_read.get(key, 0), written.get(key, 0), rejected.get(key, 0))
+        found = c.rejected if rejected_found is None else rejected_found.get(key, 0)
+        if c.written + c.rejected != c.read or found != c.rejected:
+            wrong.append(
+                f"{r}: read {c.read}, staged {c.written} rows + {c.rejected} rejected"
+                + ("" if found == c.rejected else f" ({found} rejected rows found)")
+            )
+        counts[key] = c
+    if wrong:
+        raise StagingIncompleteError(
+            f"batch {plan.batch_id}: staging does not add up to what was read ({'; '.join(wrong)}). "
+            "Nothing was committed; re-run the same run id to re-stage the batch."
+        )
+    return counts
+
+
+def _ledger(conn: psycopg.Connection, plan: Plan, r: OffsetRange, kind: str, c: PartitionCounts) -> None:
+    conn.execute(
+        "insert into eosflow.ledger (pipeline, topic, partition, start_offset, end_offset, kind, batch_id, "
+        "records_read, rows_written, rows_rejected) values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            plan.pipeline,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            kind,
+            plan.batch_id,
+            c.read,
+            c.written,
+            c.rejected,
+        ),
+    )
+
+
+def _publish_staged(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, stage: sql.Composable, target: sql.Composable
+) -> None:
+    """The staged output and rejected rows of the batch, into their tables."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(conn, pipeline.target_table))
+    if _exists(conn, stage):
+        conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(target, columns, columns, stage))
+    # The rejected table is shared and keyed; a record re-delivered under at_least_once is already
+    # there as rejected, and the duplicate that matters shows in the output.
+    again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"
+    conn.execute(
+        "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s"
+        + again,
+        (plan.batch_id, pipeline.name),
+    )
+
+
+def _finish(conn: psycopg.Connection, stage: sql.Composable, plan: Plan) -> None:
+    """Mark the plan committed and drop the batch's staging; the last statements before COMMIT."""
+    conn.execute(
+        "update eosflow.plans set status = 'committed', committed_at = now() where batch_id = %s",
+        (plan.batch_id,),
+    )
+    _clear_staging(conn, stage, plan.batch_id)
+
+
+def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: str) -> None:
+    conn.execute(sql.SQL("drop table if exists {}").format(stage))
+    conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+    drop_ranges(conn, batch_id)  # children of a refused or already committed batch, never attached
+
+
+def _exists(conn: psycopg.Connection, table: sql.Composable) -> bool:
+    (oid,) = conn.execute("select to_regclass(%s)", (table.as_string(conn),)).fetchone()
+    return oid is not None
+
+
+def _columns(conn: psycopg.Connection, table: str) -> list[str]:
+    schema, name = table.split(".")
+    return [
+        row[0]
+        for row in conn.execute(
+            "select column_name from information_schema.columns where table_schema = %s and table_name = %s "
+            "order by ordinal_position",
+            (schema, name),
+        ).fetchall()
+    ]
+
+
+class ReplayOutsideCommittedError(RuntimeError):
+    """A replay may only re-read offsets that are committed."""
+
+
+def commit_replay(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
+    """Replace the rows of already committed ranges with their re-read versions; positions stay.
+
+    The position rows are locked as in a normal commit, so a replay and a normal run of the same
+    partition never interleave their commits; a replay committed since this one was planned fences
+    it. The re-read must hold exactly as many records as are committed in the range (a compacted or
+    truncated topic gives back fewer): otherwise nothing is written.
+    """
+    stage = sql.SQL(staging_table(plan.batch_id))
+    target = sql.SQL(pipeline.target_table)
+    with _staging_dropped_on_refusal(conn, plan), conn.transaction():
+        locked = lock_positions(conn, plan)
+        if already_committed(conn, plan.batch_id):
+            _clear_staging(conn, stage, plan.batch_id)
+            return ALREADY_COMMITTED, {}
+        _check_topic_identity(plan, locked)
+        beyond = [str(r) for r in plan.ranges if (locked[(r.topic, r.partition)].next_offset or 0) < r.end]
+        if beyond:
+            raise ReplayOutsideCommittedError(
+                f"replay {plan.batch_id}: {', '.join(beyond)} reaches past the committed position; "
+                "nothing was written. Replay only committed offsets, or catch up first."
+            )
+        _check_replay_fencing(plan, locked)
+        counts = _staged_counts(conn, stage, pipeline, plan, records_read)
+        _check_replay_counts(conn, pipeline, plan, counts)
+        for r in plan.ranges:
+            where = (r.topic, r.partition, r.start, r.end)
+            conn.execute(
+                sql.SQL(
+                    "delete from {} where kafka_topic = %s and kafka_partition = %s "
+                    "and kafka_offset >= %s and kafka_offset < %s"
+                ).format(target),
+                where,
+            )
+            conn.execute(
+                "delete from eosflow.rejected where pipeline = %s and kafka_topic = %s "
+                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
+                (pipeline.name, *where),
+            )
+            _ledger(conn, plan, r, "replay", counts[(r.topic, r.partition)])
+            conn.execute(
+                "update eosflow.positions set replays = replays + 1, updated_at = now() "
+                "where pipeline = %s and topic = %s and partition = %s",
+                (plan.pipeline, r.topic, r.partition),
+            )
+        _publish_staged(conn, pipeline, plan, stage, target)
+        _finish(conn, stage, plan)
+        fault_point("in_commit")
+    return COMMITTED, counts
+
+
+def _check_replay_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
+    moved = [
+        f"{p.range.topic}[{p.range.partition}] planned after {p.replays} replay(s), "
+        f"{locked[(p.range.topic, p.range.partition)].replays} are committed now"
+        for p in plan.partitions
+        if p.replays is not None and locked[(p.range.topic, p.range.partition)].replays != p.replays
+    ]
+    if moved:
+        raise FencedError(
+            f"replay {plan.batch_id} is fenced: another replay of these partitions committed since it was "
+            f"planned ({'; '.join(moved)}). Nothing was written. Start a new run (new run id) if the range "
+            "still needs replaying."
+        )
+
+
+def _check_replay_counts(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, counts: Mapping[Key, PartitionCounts]
+) -> None:
+    """The re-read of each range must hold as many records as the rows committed for it.
+
+    By I3 and I4, the output and rejected rows inside a range are exactly the records its ledger
+    ranges counted, so comparing with the rows also works for a replay that cuts through ranges.
+    """
+    wrong = []
+    for r in plan.ranges:
+        bounds = (r.topic, r.partition, r.start, r.end)
+        (committed,) = conn.execute(
+            sql.SQL(
+                "select (select count(*) from {} where kafka_topic = %s and kafka_partition = %s "
+                "and kafka_offset >= %s and kafka_offset < %s) + (select count(*) from eosflow.rejected "
+                "where pipeline = %s and kafka_topic = %s and kafka_partition = %s "
+                "and kafka_offset >= %s and kafka_offset < %s)"
+            ).format(sql.SQL(pipeline.target_table)),
+            (*bounds, pipeline.name, *bounds),
+        ).fetchone()
+        read = counts[(r.topic, r.partition)].read
+        if read != committed:
+            wrong.append(f"{r}: re-read {read:,} records, {committed:,} are committed")
+    if wrong:
+        raise ReplayCountError(
+            f"replay {plan.batch_id} refused: {'; '.join(wrong)}. Nothing was written: replacing the rows "
+            "would lose or invent records. Kafka no longer holds the committed records of the range as "
+            "they were (a compacted topic, or records deleted); replay a range Kafka still holds whole."
+        )
+
+
+@contextmanager
+def _staging_dropped_on_refusal(conn: psycopg.Connection, plan: Plan) -> Iterator[None]:
+    """A batch that cannot commit (fenced, refused) leaves no staging behind; a retry re-stages anyway."""
+    try:
+        yield
+    except (FencedError, ReplayCountError, ReplayOutsideCommittedError, TopicRecreatedError):
+        try:
+            with conn.transaction():
+                _clear_staging(conn, sql.SQL(staging_table(plan.batch_id)), plan.batch_id)
+        except psycopg.Error:
+            pass  # the sweep of a later run drops it (eosflow.ledger.store.sweep_staging)
+        raise
+
+
+def already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
+    (done,) = conn.execute(
+        "select exists (select 1 from eosflow.ledger where batch_id = %s) "
+        "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
+        (batch_id, batch_id),
+    ).fetchone()
+    return done

@@ -1,0 +1,192 @@
+"""Compaction: adjacent committed children of a partitioned target merged, so their count stays bounded.
+
+Every commit attaches a child per range it read, so a pipeline run every 5 minutes adds 288 children a
+day per Kafka partition. Compaction merges runs of adjacent children of one (topic, partition) into
+one child of at most `target_rows` rows (a child already that large is left alone), so a partition
+keeps at most ceil(rows / target_rows) + 1 full-or-filling children plus whatever committed since the
+last compaction (docs/DESIGN.md, "Partitioned targets").
+
+One run is merged in one transaction, under the same lock as commits and replays (the partition's
+position row, FOR UPDATE), so no commit or replay of that partition interleaves with it: the merged
+child is built and keyed first, then the old children are detached and dropped and the merged one
+attached (its CHECK is its bound: no scan). Detaching needs a brief exclusive lock on the target;
+`lock_timeout` keeps a long query on the target from queueing everyone behind the compaction: it gives
+up and the next compaction tries again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import groupby
+
+import psycopg
+from psycopg import sql
+
+from eosflow.sinks.postgres import partitions
+from eosflow.sinks.postgres.partitions import Child
+
+DEFAULT_TARGET_ROWS = 5_000_000
+LOCK_TIMEOUT = "5s"
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Children of one (topic, partition), adjacent, merged into one child of their joint bound."""
+
+    children: tuple[Child, ...]
+    rows: int
+
+    @property
+    def topic(self) -> str:
+        return self.children[0].topic
+
+    @property
+    def partition(self) -> int:
+        return self.children[0].partition
+
+    @property
+    def start(self) -> int:
+        return self.children[0].start
+
+    @property
+    def end(self) -> int:
+        return self.children[-1].end
+
+
+def plan_merges(children: list[Child], rows: dict[str, int], target_rows: int) -> list[Merge]:
+    """Runs of adjacent children whose rows add up to at most target_rows, two children or more each.
+
+    Pure: `rows` is each child's row count (by table). A child at or above target_rows is never merged;
+    a gap between two children (offsets no commit covered: a lost range, or a replay-only history)
+    ends a run, as a child's bound must be one contiguous range.
+    """
+    merges: list[Merge] = []
+    ordered = sorted(children, key=lambda c: (c.topic, c.partition, c.start))
+    for _, group in groupby(ordered, key=lambda c: (c.topic, c.partition)):
+        run: list[Child] = []
+        total = 0
+        for child in group:
+            n = rows.get(child.table, 0)
+            adjacent = bool(run) and run[-1].end == child.start
+            if adjacent and total + n <= target_rows:
+                run.append(child)
+                total += n
+                continue
+            if len(run) > 1:
+                merges.append(Merge(tuple(run), total))
+            run, total = ([child], n) if n < target_rows else ([], 0)
+        if len(run) > 1:
+            merges.append(Merge(tuple(run), total))
+    return merges
+
+
+@dataclass
+class CompactSummary:
+    target: str
+    children_before: int = 0
+    children_after: int = 0
+    merged: list[Merge] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # why a merge was left for next time
+
+    def line(self) -> str:
+        text = (
+            f"{self.target}: {self.children_before} children -> {self.children_after} "
+            f"({len(self.merged)} merge(s), {sum(m.rows for m in self.merged):,} rows moved)"
+        )
+        return text + (f"; left for next time: {'; '.join(self.skipped)}" if self.skipped else "")
+
+
+def compact(
+    conn: psycopg.Connection,
+    pipeline: str,
+    target: str,
+    target_rows: int = DEFAULT_TARGET_ROWS,
+    log: Callable[[str], None] = lambda m: None,
+) -> CompactSummary:
+    """Merge the target's adjacent small children; `conn` in autocommit mode (a transaction per merge)."""
+    summary = CompactSummary(target)
+    children = partitions.children(conn, target)
+    summary.children_before = len(children)
+    rows = child_rows(conn, children)
+    for merge in plan_merges(children, rows, target_rows):
+        try:
+            merged = _merge(conn, pipeline, target, merge)
+        except psycopg.errors.LockNotAvailable:
+            summary.skipped.append(
+                f"{merge.topic}[{merge.partition}] {merge.start}-{merge.end}: "
+                f"the target was busy for {LOCK_TIMEOUT}"
+            )
+            continue
+        if not merged:
+            summary.skipped.append(
+                f"{merge.topic}[{merge.partition}]: changed by another compaction meanwhile"
+            )
+            continue
+        summary.merged.append(merge)
+        log(
+            f"merged {len(merge.children)} children of {merge.topic}[{merge.partition}] into "
+            f"[{merge.start}, {merge.end}) ({merge.rows:,} rows)"
+        )
+    summary.children_after = len(partitions.children(conn, target))
+    return summary
+
+
+def child_rows(conn: psycopg.Connection, children: list[Child]) -> dict[str, int]:
+    """Each child's row count: as noted on it (partitions.note_rows), else counted (a child made by
+    `eosflow partition` from an older table, once)."""
+    counts = {}
+    for child in children:
+        if child.rows is None:
+            (n,) = conn.execute(sql.SQL("select count(*) from {}").format(_ident(child.table))).fetchone()
+            counts[child.table] = n
+        else:
+            counts[child.table] = child.rows
+    return counts
+
+
+def _ident(qualified: str) -> sql.Identifier:
+    return sql.Identifier(*qualified.split("."))
+
+
+def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -> bool:
+    """Merge one run of children; False if they changed since the plan (left for next time)."""
+    digest = hashlib.sha256(f"{target}\x00{merge.topic}\x00{merge.partition}\x00{merge.start}".encode())
+    merged = f"staging.compact_{digest.hexdigest()[:24]}"
+    with conn.transaction():
+        # The lock commits and replays of this partition take first: none interleaves with the merge.
+        conn.execute(
+            "select 1 from eosflow.positions where pipeline = %s and topic = %s and partition = %s "
+            "for update",
+            (pipeline, merge.topic, merge.partition),
+        )
+        current = {c.table: c for c in partitions.children(conn, target)}
+        if any(current.get(c.table) != c for c in merge.children):
+            return False  # another compaction changed these children since the plan
+        for statement in partitions.create_child(
+            target, merged, merge.topic, merge.partition, merge.start, merge.end
+        ):
+            conn.execute(statement)
+        columns = sql.SQL(", ").join(map(sql.Identifier, partitions.columns(conn, target)))
+        for child in merge.children:
+            conn.execute(
+                sql.SQL("insert into {} ({}) select {} from {}").format(
+                    _ident(merged), columns, columns, _ident(child.table)
+                )
+            )
+        conn.execute(partitions.add_key(merged))
+        conn.execute(partitions.note_rows(merged, merge.rows))
+        conn.execute(f"set local lock_timeout = '{LOCK_TIMEOUT}'")
+        for child in merge.children:
+            conn.execute(
+                sql.SQL("alter table {} detach partition {}").format(_ident(target), _ident(child.table))
+            )
+            conn.execute(sql.SQL("drop table {}").format(_ident(child.table)))
+        committed = partitions.committed_name(target, merge.topic, merge.partition, merge.start)
+        for statement in partitions.move(merged, committed):
+            conn.execute(statement)
+        conn.execute(
+            partitions.attach(target, committed, merge.topic, merge.partition, merge.start, merge.end)
+        )
+    return True

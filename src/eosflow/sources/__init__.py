@@ -1,0 +1,1 @@
+"""Where records come from: Kafka ranges, and the outbox a publisher reads."""

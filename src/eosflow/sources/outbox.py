@@ -1,0 +1,159 @@
+"""The source of a publisher: an outbox table read in the order its rows were committed.
+
+Sequence and identity values are taken when a row is inserted, not when it commits, so polling
+`id > last_id` skips a row whose transaction commits after a later one was read. The position here
+only covers finished work: every row carries the id of the transaction that inserted it
+(`eosflow_xid xid8 default pg_current_xact_id()`), and a read takes only rows whose transaction id is
+below the xmin of its own snapshot: every transaction below xmin has finished, so no row can appear
+later behind the position. Rows are read in (eosflow_xid, id) order; the position is the last pair.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from eosflow.pipelines import PipelineConfigError
+from eosflow.publishers import Publisher
+from eosflow.schema.arrow import json_text
+
+XID_COLUMN = "eosflow_xid"
+
+
+@dataclass(frozen=True)
+class Position:
+    """The last row published: its inserting transaction's id and its id column's value, as text."""
+
+    xid: int
+    id: str
+
+    def to_json(self) -> str:
+        return json.dumps({"xid": self.xid, "id": self.id})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Position:
+        body = json.loads(text)
+        return cls(int(body["xid"]), str(body["id"]))
+
+
+def prepare(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str], None] = print) -> str:
+    """Check the outbox, and give it the position column (and its index) if it has none yet.
+
+    Returns the id column's type. Rows that exist when the column is added get the id of the
+    transaction that adds it: they are published as if inserted then.
+    """
+    schema, table = publisher.table.split(".")
+    columns = dict(
+        conn.execute(
+            "select attname, format_type(atttypid, atttypmod) from pg_attribute "
+            "where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped",
+            (publisher.table,),
+        ).fetchall()
+    )
+    if not columns:
+        raise PipelineConfigError(
+            f"publisher {publisher.name!r}: no table {publisher.table} in the warehouse"
+        )
+    for what, column in (("id", publisher.id_column), ("key", publisher.key_column)):
+        if column is not None and column not in columns:
+            raise PipelineConfigError(
+                f"publisher {publisher.name!r}: {what} column {column!r} is not a column of "
+                f"{publisher.table} ({', '.join(sorted(columns))})"
+            )
+    if XID_COLUMN not in columns:
+        statements = [
+            sql.SQL("alter table {} add column {} xid8 not null default pg_current_xact_id()").format(
+                sql.Identifier(schema, table), sql.Identifier(XID_COLUMN)
+            ),
+            sql.SQL("create index {} on {} ({}, {})").format(
+                sql.Identifier(f"{table}_{XID_COLUMN}"[:63]),
+                sql.Identifier(schema, table),
+                sql.Identifier(XID_COLUMN),
+                sql.Identifier(publisher.id_column),
+            ),
+        ]
+        try:
+            with conn.transaction():
+                # The ALTER waits for every open transaction on the table, and every writer queues
+                # behind it: give up quickly rather than stall the application's inserts.
+                conn.execute("set local lock_timeout = '5s'")
+                for statement in statements:
+                    conn.execute(statement)
+        except psycopg.errors.LockNotAvailable:
+            text = "; ".join(s.as_string(conn) for s in statements)
+            raise PipelineConfigError(
+                f"publisher {publisher.name!r}: {publisher.table} has no {XID_COLUMN} column, and adding "
+                "it waited 5 s for the table's open transactions. Nothing was changed. Add it when the "
+                f"table is quiet, or in the outbox's own migration: {text}"
+            ) from None
+        log(f"added {XID_COLUMN} (the inserting transaction's id) and its index to {publisher.table}")
+    elif columns[XID_COLUMN] != "xid8":
+        raise PipelineConfigError(f"{publisher.table}.{XID_COLUMN} is {columns[XID_COLUMN]}, not xid8")
+    return columns[publisher.id_column]
+
+
+def committed_after(
+    conn: psycopg.Connection, publisher: Publisher, id_type: str, after: Position | None, limit: int
+) -> list[dict]:
+    """Up to `limit` rows after `after`, every one from a transaction below this snapshot's xmin."""
+    schema, table = publisher.table.split(".")
+    query = sql.SQL(
+        "select t.*, t.{xid}::text::bigint as {xid} from {table} t "
+        "where t.{xid} < pg_snapshot_xmin(pg_current_snapshot()) {after} "
+        "order by t.{xid}, t.{id} limit {limit}"
+    )
+    after_sql = (
+        sql.SQL("and (t.{xid}, t.{id}) > (%s::xid8, %s::{type})").format(
+            xid=sql.Identifier(XID_COLUMN), id=sql.Identifier(publisher.id_column), type=sql.SQL(id_type)
+        )
+        if after is not None
+        else sql.SQL("")
+    )
+    statement = query.format(
+        xid=sql.Identifier(XID_COLUMN),
+        table=sql.Identifier(schema, table),
+        after=after_sql,
+        id=sql.Identifier(publisher.id_column),
+        limit=sql.Literal(limit),
+    )
+    params = (str(after.xid), after.id) if after is not None else ()
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(statement, params).fetchall()
+
+
+def position_of(row: dict, publisher: Publisher) -> Position:
+    return Position(int(row[XID_COLUMN]), _text(row[publisher.id_column]))
+
+
+def row_value(row: dict) -> bytes:
+    """A row as one JSON object, without the position column: instants in ISO 8601, numerics exact."""
+    return json_text({k: _plain(v) for k, v in row.items() if k != XID_COLUMN}).encode()
+
+
+def row_key(row: dict, publisher: Publisher) -> bytes | None:
+    if publisher.key_column is None or row[publisher.key_column] is None:
+        return None
+    return _text(row[publisher.key_column]).encode()
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json_text(_plain(value)).strip('"')
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return "\\x" + bytes(value).hex()
+    if type(value) is list:
+        return [_plain(v) for v in value]
+    return value

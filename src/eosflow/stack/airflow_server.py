@@ -1,0 +1,115 @@
+"""A real `airflow standalone` in the background, driven through its REST API.
+
+The REST and browser tests use it, and so does the delivery lab (an Airflow task cleared and
+re-run after it succeeded). It has its own AIRFLOW_HOME and a free port, so it never collides
+with an `eosflow airflow` a developer keeps open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from eosflow.stack import airflow_local, process
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AirflowServerError(RuntimeError):
+    """The server did not start, refused us, or a run did not finish in time."""
+
+
+@dataclass
+class AirflowServer:
+    base: str
+    password: str
+    proc: object
+    log_path: Path
+
+    def request(
+        self, method: str, path: str, body: dict | None = None, token: str | None = None
+    ) -> tuple[int, dict]:
+        req = urllib.request.Request(
+            f"{self.base}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=15) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            return exc.code, {"detail": exc.read().decode(errors="replace")[:500]}
+
+    def token(self) -> str:
+        code, body = self.request("POST", "/auth/token", {"username": "admin", "password": self.password})
+        if code not in (200, 201):
+            raise AirflowServerError(f"POST /auth/token answered {code}: {body}")
+        return body["access_token"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        token, deadline = self.token(), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code, body = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", token=token)
+            if code == 200 and body.get("state") in ("success", "failed"):
+                return body["state"]
+            time.sleep(3)
+        raise AirflowServerError(f"{dag_id} run {run_id} did not finish in {timeout}s; log: {self.log_path}")
+
+    def log_tail(self) -> str:
+        return process.tail(self.log_path, 60)
+
+
+def start(
+    settings, state_dir: Path, pipelines_file: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> AirflowServer:
+    s = dataclasses.replace(settings, state_dir=state_dir, airflow_port=free_port())
+    log_path = state_dir / "standalone.log"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    out = log_path.open("wb")
+    proc = airflow_local.start(
+        s,
+        log=lambda m: None,
+        stdout=out,
+        stderr=out,
+        extra_env={
+            "EOSFLOW_PIPELINES": str(pipelines_file),
+            "EOSFLOW_STATE_DIR": str(settings.state_dir),
+            **(env or {}),
+        },
+    )
+    server = AirflowServer(
+        f"http://127.0.0.1:{s.airflow_port}", airflow_local.admin_password(s), proc, log_path
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AirflowServerError(f"airflow standalone exited during start-up:\n{server.log_tail()}")
+        try:
+            code, _ = server.request("GET", "/api/v2/monitor/health")
+            if (
+                code == 200
+                and server.request("GET", "/api/v2/dags/eosflow_backfill", token=server.token())[0] == 200
+            ):
+                return server
+        except (OSError, AirflowServerError):
+            pass
+        time.sleep(2)
+    stop(server)
+    raise AirflowServerError(f"airflow standalone not ready in {timeout}s:\n{server.log_tail()}")
+
+
+def stop(server: AirflowServer) -> None:
+    process.stop_pid(server.proc.pid)
