@@ -24,12 +24,12 @@ from confluent_kafka import Producer
 from eosflow import pipelines, round_trip, stack
 from eosflow.kafka_admin import ensure_topic
 from eosflow.ledger import store
+from eosflow.ledger.positions import PartitionCounts
 from eosflow.produce import events
 from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from eosflow.publishers import load_publisher
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
-from eosflow.sinks.postgres.commit import PartitionCounts
 from eosflow.stack import airflow_local
 from eosflow.verify import verify_pipeline
 

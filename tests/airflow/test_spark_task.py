@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from eosflow.ledger import positions
 from eosflow.runners import job
-from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def test_a_fenced_spark_task_fails_once_with_eosflows_fenced_line(case, airflow_
     when = datetime.now(UTC).replace(microsecond=0)
     run_id = f"manual__{when.isoformat()}"  # how dag.test() names the run of this logical date
     job.prepare(case.settings, case.name, run_id, log=lambda m: None)  # the run's plan, from offset 0
-    assert case.ingest().outcome == commit.COMMITTED  # another run commits: the positions move on
+    assert case.ingest().outcome == positions.COMMITTED  # another run commits: the positions move on
     ledger = case.ledger()
 
     run = dag.test(logical_date=when, run_after=when)
@@ -110,7 +110,7 @@ def test_data_loss_fails_the_plan_once_and_a_run_acknowledging_it_records_the_lo
     from eosflow_airflow.dags import build_ingest_dag
 
     case.produce(150, seed=803, partitions=1)
-    assert case.ingest(max_records=40).outcome == commit.COMMITTED
+    assert case.ingest(max_records=40).outcome == positions.COMMITTED
     delete_records(case, 0, 100)  # retention took [40, 100) before the pipeline read it
     dag = task_outcomes.watch(build_ingest_dag(case.pipeline))
 

@@ -61,9 +61,9 @@ def test_smoke_every_measurement_moves_exactly_the_loaded_records(running_stack,
 
 
 def test_ingest_summary_parser_reads_the_jobs_own_table():
+    from eosflow.ledger.positions import PartitionCounts
     from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
     from eosflow.runners.summary import RunSummary
-    from eosflow.sinks.postgres.commit import PartitionCounts
 
     plan = Plan("p:r", "p", "r", (PartitionPlan(OffsetRange("t", 0, 0, 1_200), first_seen=True),))
     phases = {"plan": 0.01, "spark start": 7.8, "read": 15.0, "transform+stage": 39.5, "commit": 6.5}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.runners import backfill_run
-from eosflow.sinks.postgres import commit
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +24,12 @@ def test_catch_up_in_chunks_commits_in_order_and_lands_everything_once(case):
     chunks = backfill_run.resolve(case.settings, request)
     assert [(c.start, c.end) for c in chunks] == [(300, 550), (550, 800), (800, 1000)]
     summaries = backfill_run.run(case.settings, request, "bf-1", chunks, log=lambda m: None)
-    assert [s.outcome for s in summaries] == [commit.COMMITTED] * 3
+    assert [s.outcome for s in summaries] == [positions.COMMITTED] * 3
     assert sorted(case.event_ids()) == sorted(r.event_id for r in manifest.visible())
     assert case.violations() == []
     # Retrying the whole backfill with the same run id re-runs nothing.
     again = backfill_run.run(case.settings, request, "bf-1", chunks, log=lambda m: None)
-    assert [s.outcome for s in again] == [commit.ALREADY_COMMITTED] * 3
+    assert [s.outcome for s in again] == [positions.ALREADY_COMMITTED] * 3
 
 
 def test_replay_after_a_transform_version_change_replaces_that_range_only(case):
@@ -42,7 +42,7 @@ def test_replay_after_a_transform_version_change_replaces_that_range_only(case):
     request = BackfillRequest(case.name, "replay", (0,), 100, 300, chunk_size=150)
     chunks = backfill_run.resolve(case.settings, request)
     summaries = backfill_run.run(case.settings, request, "replay-1", chunks, log=lambda m: None)
-    assert [s.outcome for s in summaries] == [commit.COMMITTED, commit.COMMITTED]
+    assert [s.outcome for s in summaries] == [positions.COMMITTED, positions.COMMITTED]
 
     after = _transform_versions(case)
     assert sorted(after) == sorted(before)  # same records, none lost, none doubled

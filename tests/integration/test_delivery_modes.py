@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from eosflow.ledger import positions
 from eosflow.pipelines import PipelineConfigError
-from eosflow.sinks.postgres import commit
 
 
 def _visible_ids(manifest) -> list[str]:
@@ -22,10 +22,10 @@ def test_without_faults_the_split_modes_deliver_every_record_once(case, mode):
     case.write_config(delivery=mode)
     manifest = case.produce(600, seed=301, transactional_id=f"{case.name}-tx", txn_size=50, abort_ratio=0.2)
     summary = case.ingest(run_id="r1")
-    assert summary.outcome == commit.COMMITTED
+    assert summary.outcome == positions.COMMITTED
     assert sorted(case.event_ids()) == _visible_ids(manifest)
     assert case.violations() == []
-    assert case.ingest(run_id="r1").outcome == commit.ALREADY_COMMITTED
+    assert case.ingest(run_id="r1").outcome == positions.ALREADY_COMMITTED
     assert len(case.event_ids()) == len(manifest.visible())
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.sinks.postgres import commit
+from eosflow.ledger import positions
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +22,12 @@ def _visible_ids(*manifests) -> list[str]:
 def test_events_land_exactly_once_then_a_rerun_is_a_noop_then_new_data_is_picked_up(case):
     first = case.produce(3_000, seed=101)
     summary = case.ingest()
-    assert summary.outcome == commit.COMMITTED
+    assert summary.outcome == positions.COMMITTED
     assert sorted(case.event_ids()) == _visible_ids(first)
     assert sum(c.read for c in summary.counts.values()) == 3_000
 
     again = case.ingest()
-    assert again.outcome == commit.COMMITTED
+    assert again.outcome == positions.COMMITTED
     assert not again.plan.nonempty  # nothing new: no Spark work, no new ledger rows
     assert len(case.event_ids()) == 3_000
 
@@ -54,11 +54,11 @@ def test_aborted_transactions_never_land_and_offset_holes_reconcile(case):
 
 def test_replaying_the_same_run_id_changes_nothing(case):
     case.produce(500, seed=104)
-    assert case.ingest(run_id="run-1").outcome == commit.COMMITTED
+    assert case.ingest(run_id="run-1").outcome == positions.COMMITTED
     before = (sorted(case.event_ids()), case.ledger())
     case.produce(300, seed=105)  # new data must not sneak into a replay of run-1
     replay = case.ingest(run_id="run-1")
-    assert replay.outcome == commit.ALREADY_COMMITTED
+    assert replay.outcome == positions.ALREADY_COMMITTED
     assert (sorted(case.event_ids()), case.ledger()) == before
 
 
@@ -105,7 +105,7 @@ def test_a_killed_run_leaves_no_trace_or_a_complete_batch_and_the_retry_finishes
 
     retry = case.ingest(run_id="r1")  # what an orchestrator retry does: same run id, same plan
     assert retry.reused_plan
-    assert retry.outcome == (commit.ALREADY_COMMITTED if point == "after_commit" else commit.COMMITTED)
+    assert retry.outcome == (positions.ALREADY_COMMITTED if point == "after_commit" else positions.COMMITTED)
     assert sorted(case.event_ids()) == _visible_ids(manifest)
     assert case.violations() == []
     assert (
@@ -152,7 +152,7 @@ def test_records_deleted_by_retention_before_the_first_run_fail_loudly_then_can_
     assert case.event_ids() == []
 
     accepted = case.ingest(acknowledge_data_loss=True)
-    assert accepted.outcome == commit.COMMITTED
+    assert accepted.outcome == positions.COMMITTED
     ledger = case.ledger()
     assert ledger[0][:4] == (0, 0, log_start, "lost")
     assert ledger[1][1] == log_start and ledger[1][3] == "data"

@@ -9,10 +9,11 @@ import sys
 import psycopg
 import pytest
 
+from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillRequest
 from eosflow.runners import backfill_run
 from eosflow.schema import ddl
-from eosflow.sinks.postgres import commit, partitions
+from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.compact import compact
 
 pytestmark = pytest.mark.integration
@@ -119,12 +120,12 @@ def test_compaction_merges_adjacent_children_and_changes_no_row(case):
     assert after == before
     assert case.violations() == []
     # Runs go on after it; a replay cutting through the merged child replaces only its range.
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     middle = [(s, e) for p, s, e in _data_ranges(case) if p == 0][1]  # inside the merged child
     request = BackfillRequest(case.name, "replay", (0,), middle[0] + 1, middle[1], chunk_size=1_000)
     chunks = backfill_run.resolve(case.settings, request)
     (summary,) = backfill_run.run(case.settings, request, "replay-1", chunks, log=lambda m: None)
-    assert summary.outcome == commit.COMMITTED
+    assert summary.outcome == positions.COMMITTED
     assert case.query(f"select count(*) from {case.table}") == [(400 - len(case.rejected()),)]
     assert case.violations() == []
 
@@ -162,7 +163,7 @@ def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_c
         case.query(f"select kafka_partition, kafka_offset, event_id from {case.table} order by 1, 2")
         == before
     )
-    assert case.ingest().outcome == commit.COMMITTED  # the next run attaches
+    assert case.ingest().outcome == positions.COMMITTED  # the next run attaches
     assert len(_children(case)) == 4
     assert case.violations() == []
     again = _partition(case)

@@ -12,7 +12,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.sinks.postgres import commit
+from eosflow.ledger import positions
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_a_value_postgres_cannot_store_is_a_rejected_row_and_the_run_commits(
     producer.flush(10)
 
     summary = case.ingest()
-    assert summary.outcome == commit.COMMITTED
+    assert summary.outcome == positions.COMMITTED
     ((partition, offset, error, raw_value),) = case.rejected()
     assert (partition, offset) == (0, 1) and error.startswith(reason), error
     assert bytes(raw_value) == poison  # the record's bytes are kept untouched
@@ -119,7 +119,7 @@ def test_a_nul_in_a_header_name_is_a_rejected_row(case, spark):
     writer = records.coalesce(1).write.format("kafka").option("topic", case.topic)
     writer.option("kafka.bootstrap.servers", case.settings.bootstrap_servers).save()  # in order, one task
 
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     ((_, offset, error, raw_value),) = case.rejected()
     assert offset == 1 and bytes(raw_value) == poison
     assert error == "invalid header: a?b holds a NUL character, which Postgres jsonb cannot store"
@@ -162,7 +162,7 @@ def test_a_kafka_timestamp_the_warehouse_cannot_keep_is_a_rejected_row_without_i
     producer.produce(case.topic, value=b"not json", key=b"k", partition=0, timestamp=ms)
     producer.flush(10)
 
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     rejected = case.query(
         "select kafka_offset, kafka_timestamp, error, raw_value from eosflow.rejected where pipeline = %s "
         "order by 1",
@@ -224,7 +224,7 @@ def test_values_at_the_edges_of_the_checks_land_exactly_as_produced(case):
     send({}, b"k", [(f"h{i}", b"v") for i in range(2_000)])
     producer.flush(30)
 
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert case.rejected() == []
     rows = case.query(
         "select kafka_key, kafka_headers, order_id, customer_id, amount_cents, "

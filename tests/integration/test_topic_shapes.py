@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from eosflow.kafka_admin import admin, delete_topic
+from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.ranges import OffsetRange
 from eosflow.produce import events
@@ -62,10 +63,10 @@ def _staging_tables(case) -> set[str]:
 def test_a_partition_idle_at_the_first_run_takes_records_later(case):
     case.create_topic(3)
     first = _produce_to(case, 0, 50, seed=1301)
-    assert case.ingest().outcome == commit.COMMITTED  # partitions 1 and 2 start empty: [0, 0)
+    assert case.ingest().outcome == positions.COMMITTED  # partitions 1 and 2 start empty: [0, 0)
 
     later = _produce_to(case, 1, 1, seed=1302) + _produce_to(case, 2, 5, seed=1303)
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert sorted(case.event_ids()) == sorted(first + later)
     assert _positions(case) == {0: 50, 1: 1, 2: 5}
     assert case.violations() == []
@@ -75,11 +76,11 @@ def test_a_pipeline_starting_at_latest_picks_up_what_comes_after(case):
     case.write_config(initial_offset="latest")
     case.create_topic(2)
     _produce_to(case, 0, 20, seed=1304)  # before the pipeline existed: skipped by declaration
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert case.event_ids() == []
 
     after = _produce_to(case, 0, 7, seed=1305) + _produce_to(case, 1, 3, seed=1306)
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert sorted(case.event_ids()) == sorted(after)
     assert case.violations() == []
 
@@ -97,15 +98,15 @@ def test_acknowledging_loss_of_a_partition_retention_emptied_moves_its_position(
     assert refused.returncode == 4, refused.stderr
     assert f"{case.topic}[0] [40, 100)" in refused.stderr
 
-    assert case.ingest(acknowledge_data_loss=True).outcome == commit.COMMITTED
+    assert case.ingest(acknowledge_data_loss=True).outcome == positions.COMMITTED
     assert _positions(case) == {0: 100}
     assert [row[1:4] for row in case.ledger()] == [(0, 40, "data"), (40, 100, "lost")]
     assert case.violations() == []
 
     # The loss is settled: the next runs neither raise it again nor trip over the ledger.
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     more = _produce_to(case, 0, 3, seed=1308)
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert set(more) <= set(case.event_ids())
     assert case.violations() == []
 
@@ -149,7 +150,7 @@ def test_a_catch_up_chunk_never_commits_before_the_one_ahead_of_it(case):
     assert [(c.start, c.end) for c in chunks] == [(0, 100), (100, 200), (200, 300)]
 
     # Chunk 1 failed (or waits for its retry); the mapped chunk 2 runs anyway.
-    with pytest.raises((BackfillError, commit.FencedError)):
+    with pytest.raises((BackfillError, positions.FencedError)):
         backfill_run.run_chunk(case.settings, case.name, "bf-5", chunks[1], "catch-up", log=lambda m: None)
     assert case.ledger() == [] and case.event_ids() == []
 
@@ -157,7 +158,7 @@ def test_a_catch_up_chunk_never_commits_before_the_one_ahead_of_it(case):
         backfill_run.run_chunk(case.settings, case.name, "bf-5b", c, "catch-up", log=lambda m: None).outcome
         for c in chunks
     ]
-    assert outcomes == [commit.COMMITTED] * 3
+    assert outcomes == [positions.COMMITTED] * 3
     assert sorted(case.event_ids()) == sorted(ids)
     assert case.violations() == []
 
@@ -254,7 +255,7 @@ def test_two_replays_of_the_same_range_are_fenced_against_each_other(case, tmp_p
         second = backfill_run.run_chunk(
             case.settings, case.name, "replay-b", chunk, "replay", log=lambda m: None
         )
-        assert second.outcome == commit.COMMITTED
+        assert second.outcome == positions.COMMITTED
         (fault_dir / "after_plan.resume").touch()
         out, err = paused.communicate(timeout=300)
     finally:
@@ -295,8 +296,8 @@ def test_a_fenced_batch_leaves_no_staging_behind(case):
     _produce_to(case, 0, 40, seed=1314)
     # Plan a run, let another commit first, then run the stale plan: fenced, and its staging gone.
     plan, _ = job.prepare(case.settings, case.name, "stale", log=lambda m: None)
-    assert case.ingest(run_id="fresh").outcome == commit.COMMITTED
-    with pytest.raises(commit.FencedError):
+    assert case.ingest(run_id="fresh").outcome == positions.COMMITTED
+    with pytest.raises(positions.FencedError):
         case.ingest(run_id="stale")
     staged = partitions.staged_child(plan.batch_id, case.topic, 0).split(".")[1]
     assert staged not in _staging_tables(case)
@@ -317,6 +318,6 @@ def test_the_staging_of_a_crashed_batch_is_swept_by_a_later_run(case):
         conn.execute(
             "update eosflow.plans set created_at = now() - interval '2 days' where batch_id = %s", (batch,)
         )
-    assert case.ingest().outcome == commit.COMMITTED
+    assert case.ingest().outcome == positions.COMMITTED
     assert table not in _staging_tables(case)
     assert not case.query("select 1 from staging.ranges where batch_id = %s", batch)

@@ -35,6 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from eosflow import pipelines as pipelines_mod
 from eosflow.cli import ingest as ingest_cli
+from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.migrate import migrate
 from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
@@ -115,7 +116,7 @@ class Stats:
 
 def _label(exc: BaseException) -> str:
     for kind, name in (
-        (commit.FencedError, "fenced"),
+        (positions.FencedError, "fenced"),
         (DataLossError, "data loss refused"),
         (ReadDataLossError, "data loss at read"),
         (TopicRecreatedError, "refused: topic re-created"),
@@ -233,7 +234,7 @@ class ScheduleMachine(RuleBasedStateMachine):
                 )
             return label, None, exc
         outcomes = {s.outcome for s in summary} if isinstance(summary, list) else {summary.outcome}
-        return ("committed" if commit.COMMITTED in outcomes else "already committed"), summary, None
+        return ("committed" if positions.COMMITTED in outcomes else "already committed"), summary, None
 
     def _may_lose(self, parts: set[int] | None = None) -> bool:
         """Some partition's log start moved past a point its history may have reached: loss is possible."""

@@ -1,6 +1,6 @@
+from eosflow.ledger.positions import PartitionCounts
 from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
 from eosflow.runners.summary import RunSummary
-from eosflow.sinks.postgres.commit import PartitionCounts
 
 
 def test_summary_shows_each_partition_totals_losses_and_rate():

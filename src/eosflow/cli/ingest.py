@@ -13,6 +13,7 @@ import sys
 from eosflow import pipelines
 from eosflow import settings as settings_mod
 from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
+from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError
 from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.runners import backfill_run, job
@@ -23,7 +24,7 @@ from eosflow.sources.kafka.offsets import TopicMissingError
 from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
 
 EXIT = {
-    commit.FencedError: 3,
+    positions.FencedError: 3,
     DataLossError: 4,
     ReadDataLossError: 4,
     commit.StagingIncompleteError: 5,
@@ -43,7 +44,7 @@ EXIT = {
     RegistryUnavailableError: 1,
 }
 OUTCOME = {
-    commit.FencedError: "fenced",
+    positions.FencedError: "fenced",
     DataLossError: "data loss",
     ReadDataLossError: "data loss",
     BackfillError: "refused",

@@ -16,7 +16,7 @@ import psycopg
 
 from eosflow import pipelines
 from eosflow.faults import fault_point
-from eosflow.ledger import store
+from eosflow.ledger import positions, store
 from eosflow.ledger.migrate import migrate
 from eosflow.ledger.planner import TopicRecreatedError, plan_partitions
 from eosflow.ledger.ranges import Plan, batch_id_for
@@ -118,7 +118,7 @@ def execute(
                 f"reusing the plan persisted for {batch_id} ({status}): a retry reads exactly the same ranges"
             )
         if status == "committed":
-            summary.outcome = commit_mod.ALREADY_COMMITTED
+            summary.outcome = positions.ALREADY_COMMITTED
             log(f"batch {batch_id} committed earlier: nothing to do")
             return summary
         log(

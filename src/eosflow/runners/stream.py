@@ -25,12 +25,12 @@ import psycopg
 from psycopg import sql
 
 from eosflow import pipelines
+from eosflow.ledger import positions
 from eosflow.ledger.ranges import Plan
 from eosflow.runners import job
 from eosflow.runners.stream_status import BatchFigures, StreamStatus
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
-from eosflow.sinks.postgres import commit
 
 Log = Callable[[str], None]
 MAX_BACKOFF_S = 30.0
@@ -96,7 +96,7 @@ def stream(
                     log=lambda m: None,
                     skip_idle=True,
                 )
-            except commit.FencedError as exc:
+            except positions.FencedError as exc:
                 log(f"batch {n} fenced, re-planning from the positions the other run left: {exc}")
                 summary = RunSummary(pipeline.name, f"{prefix}_{n:06d}", outcome="fenced")
             except Exception as exc:
@@ -130,7 +130,7 @@ def stream(
                 break
             if options.max_seconds is not None and done - started >= options.max_seconds:
                 break
-            if figures.outcome != commit.COMMITTED or not any(figures.lag.values()):
+            if figures.outcome != positions.COMMITTED or not any(figures.lag.values()):
                 stop.wait(max(0.0, options.trigger_s - (time.monotonic() - batch_started)))
     finally:
         spark.stop()
@@ -184,7 +184,7 @@ def _latencies(
 ) -> tuple[float, ...]:
     """Seconds from each committed record's Kafka timestamp to `committed_at`, read back from the target
     through its (topic, partition, offset) key. A Kafka sink has no table to read them from: none."""
-    if summary.outcome != commit.COMMITTED or summary.plan is None or pipeline.kafka_sink is not None:
+    if summary.outcome != positions.COMMITTED or summary.plan is None or pipeline.kafka_sink is not None:
         return ()
     ranges = summary.plan.nonempty
     if not ranges:

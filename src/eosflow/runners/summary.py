@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from eosflow.ledger.positions import PartitionCounts
 from eosflow.ledger.ranges import Plan
-from eosflow.sinks.postgres.commit import PartitionCounts
 
 _NUM = 12  # wide enough for offsets and counts in the hundreds of millions, with separators
 

@@ -16,10 +16,7 @@ from collections.abc import Mapping
 import psycopg
 
 from eosflow.ledger import store
-from eosflow.ledger.ranges import PartitionPlan, Plan
-from eosflow.pipelines import Pipeline
-from eosflow.sinks.kafka.produce import ALREADY, FENCED, RangeOutcome, committed, group_id, parse_metadata
-from eosflow.sinks.postgres.commit import (
+from eosflow.ledger.positions import (
     ALREADY_COMMITTED,
     COMMITTED,
     FencedError,
@@ -28,6 +25,9 @@ from eosflow.sinks.postgres.commit import (
     expected_position,
     lock_positions,
 )
+from eosflow.ledger.ranges import PartitionPlan, Plan
+from eosflow.pipelines import Pipeline
+from eosflow.sinks.kafka.produce import ALREADY, FENCED, RangeOutcome, committed, group_id, parse_metadata
 
 Key = tuple[str, int]
 _TIMEOUT_S = 30.0

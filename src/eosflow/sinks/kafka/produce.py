@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
+from eosflow.ledger.positions import expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
 from eosflow.pipelines import KafkaSink, Pipeline
 from eosflow.schema.arrow import json_text
-from eosflow.sinks.postgres.commit import expected_position
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:

@@ -12,24 +12,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
 from eosflow.faults import fault_point
 from eosflow.ledger.planner import TopicRecreatedError
-from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+from eosflow.ledger.positions import (
+    ALREADY_COMMITTED,
+    COMMITTED,
+    FencedError,
+    Key,
+    Locked,
+    PartitionCounts,
+    advance,
+    already_committed,
+    check_fencing,
+    check_topic_identity,
+    ledger_row,
+    lock_positions,
+)
+from eosflow.ledger.ranges import Plan
 from eosflow.ledger.store import drop_ranges, staging_table
 from eosflow.pipelines import Pipeline
 from eosflow.sinks.postgres import partitions
-
-COMMITTED = "committed"
-ALREADY_COMMITTED = "already committed"
-
-
-class FencedError(RuntimeError):
-    """Another run moved a position this plan starts from; nothing was written."""
 
 
 class StagingIncompleteError(RuntimeError):
@@ -38,25 +44,6 @@ class StagingIncompleteError(RuntimeError):
 
 class ReplayCountError(RuntimeError):
     """A replay re-read another number of records than is committed for its range; nothing was written."""
-
-
-@dataclass(frozen=True)
-class PartitionCounts:
-    read: int  # records Spark read in the planned range
-    written: int = 0  # output rows committed
-    rejected: int = 0  # rejected rows committed
-
-
-Key = tuple[str, int]  # (topic, partition)
-
-
-@dataclass(frozen=True)
-class Locked:
-    """A partition's position row, as the commit sees it under lock."""
-
-    next_offset: int | None
-    topic_id: str | None
-    replays: int
 
 
 def commit(
@@ -80,7 +67,7 @@ def _commit_exactly_once(
         if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
-        _check_fencing(plan, locked)
+        check_fencing(plan, locked)
         if partitions.is_partitioned(conn, pipeline.target_table):
             counts = _range_counts(conn, plan, records_read)
             _attach_ranges(conn, pipeline, plan, counts)
@@ -179,7 +166,7 @@ def _commit_output_then_positions(
         _clear_staging(conn, stage, plan.batch_id)
     fault_point("in_commit")  # output visible, positions not moved: the duplicate window
     with conn.transaction():
-        _check_fencing(plan, lock_positions(conn, plan))
+        check_fencing(plan, lock_positions(conn, plan))
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
     return COMMITTED, counts
@@ -195,7 +182,7 @@ def _commit_positions_then_output(
         if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
-        _check_fencing(plan, locked)
+        check_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
         advance(conn, plan, counts)
         conn.execute(
@@ -207,73 +194,6 @@ def _commit_positions_then_output(
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
         _clear_staging(conn, stage, plan.batch_id)
     return COMMITTED, counts
-
-
-def advance(conn: psycopg.Connection, plan: Plan, counts: Mapping[Key, PartitionCounts]) -> None:
-    """One ledger row per range (and per acknowledged loss), and the positions moved to the ends."""
-    for part in plan.partitions:
-        r, key = part.range, (part.range.topic, part.range.partition)
-        if part.lost is not None:
-            _ledger(conn, plan, part.lost, "lost", PartitionCounts(0))
-        if not r.empty or part.first_seen:
-            # An empty first range still goes in: it fixes where the partition's history starts.
-            _ledger(conn, plan, r, "data", counts[key])
-        if not r.empty or part.first_seen or part.lost is not None:
-            # A loss that emptied the partition moves the position too, to the end of the lost range.
-            conn.execute(
-                "update eosflow.positions set next_offset = %s, topic_id = coalesce(%s, topic_id), "
-                "updated_at = now() where pipeline = %s and topic = %s and partition = %s",
-                (r.end, part.topic_id, plan.pipeline, r.topic, r.partition),
-            )
-
-
-def lock_positions(conn: psycopg.Connection, plan: Plan) -> dict[Key, Locked]:
-    # Partition order everywhere, so two commits of one pipeline can never deadlock.
-    rows = conn.execute(
-        "select topic, partition, next_offset, topic_id, replays from eosflow.positions "
-        "where pipeline = %s and (topic, partition) in (select * from unnest(%s::text[], %s::int[])) "
-        "order by topic, partition for update",
-        (plan.pipeline, [r.topic for r in plan.ranges], [r.partition for r in plan.ranges]),
-    ).fetchall()
-    return {(topic, partition): Locked(offset, tid, n) for topic, partition, offset, tid, n in rows}
-
-
-def _check_topic_identity(plan: Plan, locked: Mapping[Key, Locked]) -> None:
-    for part in plan.partitions:
-        stored = locked.get((part.range.topic, part.range.partition))
-        if stored and stored.topic_id and part.topic_id and stored.topic_id != part.topic_id:
-            raise TopicRecreatedError(plan.pipeline, part.range.topic, stored.topic_id, part.topic_id)
-
-
-def expected_position(part: PartitionPlan) -> int | None:
-    """Where the stored position must be for this part to commit: its start, or none at all.
-
-    Only a partition's first range commits onto no position, and the planner makes a first range
-    start where the partition's history may start (the log start or the initial policy), never in
-    the middle of a catch-up.
-    """
-    if part.first_seen:
-        return None
-    return part.lost.start if part.lost else part.range.start
-
-
-def _check_fencing(plan: Plan, locked: Mapping[Key, Locked]) -> None:
-    _check_topic_identity(plan, locked)
-    moved = []
-    for part in plan.partitions:
-        key = (part.range.topic, part.range.partition)
-        expected = expected_position(part)
-        if key not in locked or locked[key].next_offset != expected:
-            found = locked[key].next_offset if key in locked else "no position row"
-            moved.append(
-                f"{part.range.topic}[{part.range.partition}] planned from {expected}, position is now {found}"
-            )
-    if moved:
-        raise FencedError(
-            f"batch {plan.batch_id} is fenced: another run committed these partitions since it was planned "
-            f"({'; '.join(moved)}). Nothing was written. This is the protection against zombies and "
-            "concurrent runs working; start a new run (new run id) to continue from the stored positions."
-        )
 
 
 def _staged_counts(
@@ -334,25 +254,6 @@ def _add_up(
             "Nothing was committed; re-run the same run id to re-stage the batch."
         )
     return counts
-
-
-def _ledger(conn: psycopg.Connection, plan: Plan, r: OffsetRange, kind: str, c: PartitionCounts) -> None:
-    conn.execute(
-        "insert into eosflow.ledger (pipeline, topic, partition, start_offset, end_offset, kind, batch_id, "
-        "records_read, rows_written, rows_rejected) values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            plan.pipeline,
-            r.topic,
-            r.partition,
-            r.start,
-            r.end,
-            kind,
-            plan.batch_id,
-            c.read,
-            c.written,
-            c.rejected,
-        ),
-    )
 
 
 def _publish_staged(
@@ -425,7 +326,7 @@ def commit_replay(
         if already_committed(conn, plan.batch_id):
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
-        _check_topic_identity(plan, locked)
+        check_topic_identity(plan, locked)
         beyond = [str(r) for r in plan.ranges if (locked[(r.topic, r.partition)].next_offset or 0) < r.end]
         if beyond:
             raise ReplayOutsideCommittedError(
@@ -449,7 +350,7 @@ def commit_replay(
                 "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
                 (pipeline.name, *where),
             )
-            _ledger(conn, plan, r, "replay", counts[(r.topic, r.partition)])
+            ledger_row(conn, plan, r, "replay", counts[(r.topic, r.partition)])
             conn.execute(
                 "update eosflow.positions set replays = replays + 1, updated_at = now() "
                 "where pipeline = %s and topic = %s and partition = %s",
@@ -519,12 +420,3 @@ def _staging_dropped_on_refusal(conn: psycopg.Connection, plan: Plan) -> Iterato
         except psycopg.Error:
             pass  # the sweep of a later run drops it (eosflow.ledger.store.sweep_staging)
         raise
-
-
-def already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
-    (done,) = conn.execute(
-        "select exists (select 1 from eosflow.ledger where batch_id = %s) "
-        "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
-        (batch_id, batch_id),
-    ).fetchone()
-    return done
