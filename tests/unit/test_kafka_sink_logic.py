@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
+from eosflow.ledger.mirror import FENCED
+from eosflow.ledger.positions import ALREADY_COMMITTED
 from eosflow.ledger.ranges import OffsetRange, PartitionPlan
 from eosflow.pipelines import PipelineConfigError, load_all
-from eosflow.sinks.kafka.produce import ALREADY, FENCED, commit_metadata, decide, json_value, output_key
+from eosflow.sinks.kafka.produce import commit_metadata, decide, json_value, output_key
 
 PART = PartitionPlan(OffsetRange("t", 0, 10, 20), first_seen=False)
 FIRST = PartitionPlan(OffsetRange("t", 0, 0, 20), first_seen=True)
@@ -25,7 +27,7 @@ def test_the_planned_start_means_go_on():
 
 
 def test_the_planned_end_is_done_only_when_this_batch_committed_it():
-    assert decide(PART, "b1", "g", 20, META)[0] == ALREADY
+    assert decide(PART, "b1", "g", 20, META)[0] == ALREADY_COMMITTED
     # Another batch planned from the same start, committed first, to the same end: fenced, not done.
     outcome, why = decide(PART, "b2", "g", 20, META)
     assert outcome == FENCED and "planned from offset 10" in why and "committed by batch b1" in why

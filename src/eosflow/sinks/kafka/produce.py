@@ -14,7 +14,7 @@ exactly-once processing does: inside the Spark task that reads a source partitio
    range's end offset with `send_offsets_to_transaction`, and commits: all of it or nothing.
 
 The committed offset's metadata carries the batch id and its counts, so the warehouse ledger can
-mirror a range Kafka committed even when the run died right after (kafka_ledger.py). Never an empty
+mirror a range Kafka committed even when the run died right after (ledger_mirror.py). Never an empty
 transaction: a range that delivered no record commits its offsets alone, and only when it must
 (a first range, or an acknowledged loss).
 """
@@ -25,14 +25,14 @@ import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
-from eosflow.ledger.positions import expected_position
+from eosflow.ledger.mirror import FENCED, RangeOutcome
+from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
 from eosflow.pipelines import KafkaSink, Pipeline
 from eosflow.schema.arrow import json_text
@@ -41,9 +41,6 @@ from eosflow.sources.kafka.read import ReadOutsidePlanError
 if TYPE_CHECKING:
     from eosflow.transform import BatchCheck
 
-COMMITTED = "committed"
-ALREADY = "already committed"
-FENCED = "fenced"
 
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
     "eosflow-source-topic",
@@ -69,27 +66,8 @@ def transactional_id(pipeline: str, topic: str, partition: int) -> str:
     return f"eosflow.{pipeline}.{topic}.{partition}"
 
 
-@dataclass(frozen=True)
-class RangeOutcome:
-    """What one range's transaction did: committed, already committed earlier, or fenced."""
-
-    topic: str
-    partition: int
-    outcome: str
-    read: int = 0
-    written: int = 0
-    rejected: int = 0
-    lo: int | None = None  # lowest and highest offset read
-    hi: int | None = None
-    detail: str = ""
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
-
-
 def commit_metadata(batch_id: str, read: int, written: int, rejected: int) -> str:
-    """The committed offset's metadata: which batch moved it, with its counts (kafka_ledger reads it)."""
+    """The committed offset's metadata: which batch moved it, with its counts (ledger_mirror.py reads it)."""
     return json.dumps({"batch": batch_id, "read": read, "written": written, "rejected": rejected})
 
 
@@ -106,13 +84,13 @@ def decide(
 ) -> tuple[str | None, str]:
     """Compare the group's committed offset (None: none) with the plan, after the fencing.
 
-    Returns (None, "") to go on, or (ALREADY or FENCED, why). The end alone does not mean done:
+    Returns (None, "") to go on, or (ALREADY_COMMITTED or FENCED, why). The end alone does not mean done:
     another batch planned from the same start may have committed the same end first.
     """
     r = part.range
     by = parse_metadata(metadata).get("batch")
     if committed == r.end and by == batch_id:
-        return ALREADY, f"{r} was committed by this batch earlier"
+        return ALREADY_COMMITTED, f"{r} was committed by this batch earlier"
     expected = expected_position(part)
     if committed == expected:
         return None, ""
@@ -195,7 +173,7 @@ class RangeTransaction:
         (tp,) = committed(self.consumer, [TopicPartition(r.topic, r.partition)], _TIMEOUT_S)
         offset = tp.offset if tp.offset >= 0 else None
         outcome, why = decide(self.part, self.batch_id, self.group, offset, tp.metadata)
-        if outcome == ALREADY:  # the counts the committing attempt recorded with its offsets
+        if outcome == ALREADY_COMMITTED:  # the counts the committing attempt recorded with its offsets
             meta = parse_metadata(tp.metadata)
             self.read, self.written, self.rejected = (meta.get(k, 0) for k in ("read", "written", "rejected"))
         if outcome is None and self.transactional:

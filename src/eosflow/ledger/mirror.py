@@ -1,0 +1,184 @@
+"""The ledger's mirror of a sink whose truth lives outside the warehouse (Kafka, a table format, ...).
+
+Such a sink commits each range where its output lives (for Kafka: the records and the consumer group's
+offset in one Kafka transaction). The warehouse ledger (plans, ledger rows, positions) then mirrors every
+committed range, idempotently, so planning, backfill validation, the views and dbt read one history for
+every sink. A run that died between the sink's commit and the mirror leaves the ledger one range behind:
+the next run mirrors it from what the sink says it committed (the batch id and its counts) before it
+plans (`reconcile`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import psycopg
+
+from eosflow.ledger import store
+from eosflow.ledger.positions import (
+    ALREADY_COMMITTED,
+    COMMITTED,
+    FencedError,
+    PartitionCounts,
+    advance,
+    expected_position,
+    lock_positions,
+)
+from eosflow.ledger.ranges import PartitionPlan, Plan
+
+Key = tuple[str, int]
+FENCED = "fenced"
+
+
+class LedgerBehindError(RuntimeError):
+    """The sink committed further than the ledger shows, and no persisted plan explains it."""
+
+
+@dataclass(frozen=True)
+class RangeOutcome:
+    """What one range's commit in the sink did: committed, already committed earlier, or fenced."""
+
+    topic: str
+    partition: int
+    outcome: str  # COMMITTED, ALREADY_COMMITTED or FENCED
+    read: int = 0
+    written: int = 0
+    rejected: int = 0
+    lo: int | None = None  # lowest and highest offset read
+    hi: int | None = None
+    detail: str = ""
+
+    @property
+    def key(self) -> Key:
+        return self.topic, self.partition
+
+
+@dataclass(frozen=True)
+class SinkCommitted:
+    """What the sink says it committed for one partition: up to `offset`, by `batch_id`, with its counts."""
+
+    offset: int
+    batch_id: str | None
+    read: int = 0
+    written: int = 0
+    rejected: int = 0
+
+
+def mirror(
+    conn: psycopg.Connection, plan: Plan, outcomes: Mapping[Key, RangeOutcome], where: str
+) -> tuple[str, dict]:
+    """Record the ranges the sink committed for this batch in the ledger; FencedError for any fenced one.
+
+    One Postgres transaction, under the positions' locks, like a warehouse commit: a range already
+    mirrored is left as it is, so a retry (or the next run's reconcile) may mirror it again safely.
+    `where` names the sink's truth in messages (e.g. "Kafka (consumer group eosflow.orders)").
+    """
+    done = {key: o for key, o in outcomes.items() if o.outcome != FENCED}
+    counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
+    with conn.transaction():
+        locked = lock_positions(conn, plan)
+        mirrored = _mirrored(conn, plan)
+        parts = [
+            p for p in plan.partitions if _key(p) in done and _to_mirror(p, locked, mirrored, plan, where)
+        ]
+        advance(conn, dataclasses.replace(plan, partitions=tuple(parts)), counts)
+        if all(_key(p) in mirrored or p in parts for p in _committing(plan)):
+            conn.execute(
+                "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
+                "where batch_id = %s",
+                (plan.batch_id,),
+            )
+    fresh = any(o.outcome != ALREADY_COMMITTED for o in done.values())
+    outcome = COMMITTED if fresh else ALREADY_COMMITTED
+    fenced = [o.detail for o in outcomes.values() if o.outcome == FENCED]
+    if fenced:
+        raise FencedError(
+            f"batch {plan.batch_id} is fenced in {where}: another run committed these partitions since it "
+            f"was planned ({'; '.join(fenced)}). Nothing of them was written (their transactions were never "
+            "committed); the partitions listed are left to the run that holds them. Start a new run (new run "
+            "id) to continue from the committed offsets."
+        )
+    return outcome, counts
+
+
+def reconcile(
+    conn: psycopg.Connection,
+    pipeline: str,
+    topics: tuple[str, ...],
+    committed: Callable[[str, list[int]], Mapping[int, SinkCommitted]],
+    where: str,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Mirror what the sink committed and the ledger does not show yet (a run that died after the sink's
+    commit); returns the ranges mirrored. LedgerBehindError if no persisted plan explains the gap.
+
+    committed(topic, partitions): what the sink committed for each of those partitions (none: left out).
+    """
+    mirrored = 0
+    for topic in topics:
+        ledger = store.positions(conn, pipeline, topic)
+        if not ledger:
+            continue  # nothing planned yet: the sink cannot be ahead of a plan that does not exist
+        for partition, found in committed(topic, sorted(ledger)).items():
+            if ledger.get(partition) == found.offset:
+                continue
+            loaded = store.load_plan(conn, found.batch_id or "")
+            part = _part(loaded[0], topic, partition) if loaded else None
+            if (
+                part is None
+                or part.range.end != found.offset
+                or ledger.get(partition) != expected_position(part)
+            ):
+                raise LedgerBehindError(
+                    f"pipeline {pipeline}: {where} committed {topic}[{partition}] up to {found.offset} "
+                    f"(batch {found.batch_id or 'unknown'}), and the ledger's position is "
+                    f"{ledger.get(partition)}, which no persisted plan explains. Nothing was planned; see "
+                    "docs/DESIGN.md, 'The ledger behind a sink'."
+                )
+            outcome = RangeOutcome(
+                topic, partition, ALREADY_COMMITTED, found.read, found.written, found.rejected
+            )
+            plan = loaded[0]
+            mirror(conn, plan, {(topic, partition): outcome}, where)
+            log(
+                f"mirrored {part.range} of batch {plan.batch_id}: {where} committed it, and its run died "
+                "before the ledger did"
+            )
+            mirrored += 1
+    return mirrored
+
+
+def _key(part: PartitionPlan) -> Key:
+    return part.range.topic, part.range.partition
+
+
+def _committing(plan: Plan) -> list[PartitionPlan]:
+    """The parts that make a commit: a range with offsets, a first range, an acknowledged loss."""
+    return [p for p in plan.partitions if not p.range.empty or p.first_seen or p.lost is not None]
+
+
+def _mirrored(conn: psycopg.Connection, plan: Plan) -> set[Key]:
+    rows = conn.execute(
+        "select distinct topic, partition from eosflow.ledger where batch_id = %s", (plan.batch_id,)
+    ).fetchall()
+    return {(t, p) for t, p in rows}
+
+
+def _to_mirror(part: PartitionPlan, locked, mirrored: set[Key], plan: Plan, where: str) -> bool:
+    if _key(part) in mirrored:
+        return False  # by an earlier attempt, or by reconcile
+    position = locked[_key(part)].next_offset if _key(part) in locked else None
+    if position == expected_position(part):
+        return True
+    raise LedgerBehindError(
+        f"batch {plan.batch_id}: {where} committed {part.range}, and the ledger's position for "
+        f"{part.range.topic}[{part.range.partition}] is {position}: the ledger and the sink disagree. "
+        "Nothing was changed in the ledger; see docs/DESIGN.md, 'The ledger behind a sink', for how to "
+        "bring them together."
+    )
+
+
+def _part(plan: Plan, topic: str, partition: int) -> PartitionPlan | None:
+    return next((p for p in plan.partitions if _key(p) == (topic, partition)), None)
