@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from eosflow.sinks.kafka.verify import partitions_of, read_to_end
+from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
 
 def read_all(settings, topic: str, isolation: str = "read_committed") -> list:

@@ -71,8 +71,7 @@ def ingest_schedule(pipeline: Pipeline, interval: timedelta):
 
 
 def _output(pipeline: Pipeline) -> str:
-    sink = pipeline.kafka_sink
-    return f"`{pipeline.target_table}`" if sink is None else f"Kafka topic `{sink.output_topic}`"
+    return pipeline.sink.describe()
 
 
 def build_ingest_dag(pipeline: Pipeline) -> DAG:
@@ -99,8 +98,8 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
             ),
         },
         doc_md=f"Ingests `{', '.join(pipeline.topics)}` into {_output(pipeline)}: plan (persisted, "
-        "reused by retries), the Spark job (read_committed; one commit transaction in Postgres, or one Kafka "
-        "transaction per partition for a Kafka sink), then the checks (dbt, or Kafka read back). "
+        "reused by retries), the Spark job (read_committed; each range written by its task, the batch "
+        f"committed with its positions: the truth lives in {pipeline.sink.truth}), then the sink's checks. "
         "A data loss stops the run in `plan`; to accept it, trigger with `acknowledge_data_loss`."
         + (
             f" Runs every {interval} and also when records arrive (`wake_on_records`; the wake-up is only a "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias
 
+from eosflow.assets import table_uri, topic_uri
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings, load
 from eosflow.verify import MART_COLUMNS
@@ -26,15 +27,11 @@ MART_TABLES = ("order_events", "event_counts_hourly", "orders_published")
 
 def table_asset(table: str, settings: Settings | None = None) -> Asset:
     """A warehouse table, `schema.table`."""
-    s = settings or load()
-    schema, _, name = table.rpartition(".")
-    return Asset(uri=f"postgres://{s.pg_host}:{s.pg_port}/{s.pg_database}/{schema or 'raw'}/{name}")
+    return Asset(uri=table_uri(settings or load(), table))
 
 
 def topic_asset(topic: str, settings: Settings | None = None) -> Asset:
-    s = settings or load()
-    server = s.bootstrap_servers.split(",")[0].strip()
-    return Asset(uri=f"kafka://{server}/{topic}")
+    return Asset(uri=topic_uri(settings or load(), topic))
 
 
 def input_assets(pipeline: Pipeline, settings: Settings | None = None) -> list[Asset]:
@@ -42,16 +39,14 @@ def input_assets(pipeline: Pipeline, settings: Settings | None = None) -> list[A
 
 
 def output_asset(pipeline: Pipeline, settings: Settings | None = None) -> Asset:
-    """The pipeline's output table (or topic): emitted when a run commits rows to it."""
-    if pipeline.kafka_sink is not None:
-        return topic_asset(pipeline.kafka_sink.output_topic, settings)
-    return table_asset(pipeline.target_table, settings)
+    """The pipeline's output (its sink's table, topic, ...): emitted when a run commits rows to it."""
+    return Asset(uri=pipeline.sink.output_uri(settings or load()))
 
 
 def has_marts(pipeline: Pipeline) -> bool:
-    """The orders marts are built for warehouse pipelines that declare their columns."""
+    """The orders marts are built on a sink's warehouse table, for pipelines that declare their columns."""
     declared = {c.name for c in pipeline.schema.columns}
-    return pipeline.kafka_sink is None and declared >= MART_COLUMNS
+    return pipeline.sink.table is not None and declared >= MART_COLUMNS
 
 
 def mart_assets(pipeline: Pipeline, settings: Settings | None = None) -> list[Asset]:

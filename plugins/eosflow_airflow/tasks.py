@@ -237,25 +237,21 @@ def validate_backfill() -> list[list[str]]:
 
 @task(task_id="compact")
 def compact_targets() -> dict:
-    """Merge adjacent committed children of every partitioned target (eosflow.sinks.postgres.compact)."""
+    """Merge what many small commits left, for every pipeline whose sink has something to compact
+    (Sink.compact: the warehouse sink's partitioned targets)."""
     import psycopg
 
     from eosflow.ledger.migrate import migrate
     from eosflow.pipelines import load_all
-    from eosflow.sinks.postgres import partitions
-    from eosflow.sinks.postgres.compact import compact
 
     settings = EosflowHook().settings()
     migrate(settings.warehouse_dsn, log=log.info)
     done = {}
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         for name, pipeline in sorted(load_all(settings).items()):
-            if pipeline.kafka_sink is not None:
-                continue  # writes to Kafka: no table
-            if not partitions.is_partitioned(conn, pipeline.target_table):
-                log.info("%s: %s is not partitioned; nothing to compact", name, pipeline.target_table)
+            summary = pipeline.sink.compact(conn, pipeline, None, log.info)
+            if summary is None:
                 continue
-            summary = compact(conn, name, pipeline.target_table, log=log.info)
             log.info("%s", summary.line())
             done[name] = summary.children_after
     return done

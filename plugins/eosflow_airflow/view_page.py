@@ -42,7 +42,7 @@ def page(states: list[PipelineState], partition: int | None = None) -> str:
 
 def _pipeline(s: PipelineState, partition: int | None) -> str:
     p = s.pipeline
-    output = p.target_table if p.kafka_sink is None else f"topic {p.kafka_sink.output_topic}"
+    output = p.sink.output
     checks = s.checks_ok
     verdict = (
         "<span class='muted'>never verified</span>"

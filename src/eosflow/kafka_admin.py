@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from eosflow.errors import StackError
+from eosflow.errors import PipelineConfigError, StackError
 from eosflow.kafka_client import KafkaConfig, client_config
 
 
@@ -54,3 +54,19 @@ def delete_topic(bootstrap: str | KafkaConfig, topic: str) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != -188 and "UNKNOWN_TOPIC" not in exc.args[0].name():
             raise
+
+
+def create_topics(client: AdminClient, topics: list, log=print, timeout_s: float = 30.0) -> None:
+    """Create `topics` (confluent-kafka NewTopic values); one a concurrent run made first is fine."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    for topic, future in client.create_topics(topics).items():
+        try:
+            future.result(timeout=timeout_s)
+            log(f"created topic {topic}")
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise PipelineConfigError(
+                    f"could not create topic {topic!r}: {exc.args[0].str()}; create it yourself or give "
+                    "eosflow's Kafka user the right to"
+                ) from exc

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import yaml
 
+from eosflow.errors import PipelineConfigError
 from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
+from eosflow.sinks import registry
+from eosflow.sinks.protocol import Sink
 
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
@@ -20,10 +23,6 @@ _TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
 # eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
 _RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-class PipelineConfigError(ValueError):
-    """The pipelines file is wrong; the message names the pipeline, the key and what is expected."""
 
 
 @dataclass(frozen=True)
@@ -53,32 +52,17 @@ class InitialOffset:
         )
 
 
-SINKS = ("warehouse", "kafka")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
-
-
-@dataclass(frozen=True)
-class KafkaSink:
-    """Where a `sink: kafka` pipeline writes: one Kafka transaction per source partition and run."""
-
-    output_topic: str
-    dead_letter_topic: str  # rejected records, in the same transaction as the output
-    key_column: str | None = None  # None: the source record's key, byte for byte
-    transaction_timeout_ms: int = 60_000
-
-
 @dataclass(frozen=True)
 class Pipeline:
     name: str
     topics: tuple[str, ...]
-    target_table: str
     schema: RecordSchema
     transform_version: str
     initial_offset: InitialOffset
     max_records_per_partition: int
     max_value_bytes: int
+    sink: Sink  # where the records land (eosflow.sinks.protocol), with its declaration keys
     delivery: str = "exactly_once"
-    kafka_sink: KafkaSink | None = None  # None: the warehouse (target_table) is the sink
     # Records arriving in the topics also wake the ingest DAG (an Airflow AssetWatcher); only a wake-up:
     # positions still come from the ledger. Opt-in: each wake-up costs a run (a Spark start).
     wake_on_records: bool = False
@@ -91,8 +75,9 @@ class Pipeline:
         return self.topics[0]
 
     @property
-    def sink(self) -> str:
-        return "warehouse" if self.kafka_sink is None else "kafka"
+    def target_table(self) -> str:
+        """The warehouse table holding the output; "" when the sink keeps none."""
+        return self.sink.table or ""
 
 
 MODES = ("batch", "stream")
@@ -128,14 +113,13 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
     found = {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
     writers: dict[str, str] = {}
     for name, p in found.items():
-        outputs = [p.target_table] if p.kafka_sink is None else [f"topic {p.kafka_sink.output_topic}"]
-        for output in outputs:
-            if output in writers:
-                raise PipelineConfigError(
-                    f"{path}: pipelines {writers[output]!r} and {name!r} both write {output}; each pipeline "
-                    "needs an output of its own (the ledger and the checks are per pipeline)"
-                )
-            writers[output] = name
+        output = p.sink.output
+        if output in writers:
+            raise PipelineConfigError(
+                f"{path}: pipelines {writers[output]!r} and {name!r} both write {output}; each pipeline "
+                "needs an output of its own (the ledger and the checks are per pipeline)"
+            )
+        writers[output] = name
     return found
 
 
@@ -173,16 +157,10 @@ def _transform_version(raw: object, where: str) -> str:
     return text
 
 
-def _parse(name: str, spec: object, where: str) -> Pipeline:
-    if not _NAME.match(str(name)):
-        raise PipelineConfigError(
-            f"{where}: names are lower-case letters, digits and _ , starting with a letter"
-        )
-    if not isinstance(spec, dict):
-        raise PipelineConfigError(f"{where}: expected a mapping of settings")
-    known = {
+# Every pipeline's keys; a sink declares its own (Sink.keys).
+_PIPELINE_KEYS = frozenset(
+    {
         "topics",
-        "target_table",
         "format",
         "key",
         "columns",
@@ -194,15 +172,39 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         "max_value_bytes",
         "delivery",
         "sink",
-        "output_topic",
-        "dead_letter_topic",
-        "output_key",
-        "transaction_timeout_ms",
         "wake_on_records",
         "mode",
     }
-    if unknown := set(spec) - known:
-        raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+)
+
+
+def _sink_class(spec: dict, where: str) -> type[Sink]:
+    """The declared sink's class, after refusing keys no sink knows or another sink's keys."""
+    kind = spec.get("sink", registry.DEFAULT)
+    try:
+        cls = registry.sink_class(str(kind))
+    except PipelineConfigError as exc:
+        raise PipelineConfigError(f"{where}: {exc}") from None
+    if unknown := set(spec) - _PIPELINE_KEYS - cls.keys:
+        others = {k: registry.sink_class(k).keys for k in registry.kinds() if k != cls.kind}
+        for other, keys in sorted(others.items()):
+            if misplaced := sorted(unknown & keys):
+                raise PipelineConfigError(
+                    f"{where}: {misplaced} only apply to sink: {other}, and this pipeline's sink is "
+                    f"{cls.kind}: remove {', '.join(misplaced)}"
+                )
+        known = sorted(_PIPELINE_KEYS | cls.keys)
+        raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {known}")
+    return cls
+
+
+def _parse(name: str, spec: object, where: str) -> Pipeline:
+    if not _NAME.match(str(name)):
+        raise PipelineConfigError(
+            f"{where}: names are lower-case letters, digits and _ , starting with a letter"
+        )
+    if not isinstance(spec, dict):
+        raise PipelineConfigError(f"{where}: expected a mapping of settings")
     topics = spec.get("topics")
     if (
         not isinstance(topics, list)
@@ -213,23 +215,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         raise PipelineConfigError(
             f"{where}: topics must be a list of one or more distinct topic names (records of the same schema)"
         )
-    sink = spec.get("sink", "warehouse")
-    if sink not in SINKS:
-        raise PipelineConfigError(f"{where}: sink {sink!r} unknown; one of {list(SINKS)}")
-    table = str(spec.get("target_table", ""))
-    if sink == "kafka":
-        if "target_table" in spec:
-            raise PipelineConfigError(
-                f"{where}: a kafka sink writes to output_topic, not to a table: remove target_table"
-            )
-    elif not _TABLE.match(table):
-        raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
-    schema = table.split(".")[0]
-    if sink == "warehouse" and schema in _RESERVED_SCHEMAS or schema.startswith("pg_"):
-        raise PipelineConfigError(
-            f"{where}: target_table {table!r} is in schema {schema!r}, which eosflow or Postgres keeps for "
-            "itself; put the output in a schema of its own, e.g. raw.<table>"
-        )
+    sink_class = _sink_class(spec, where)
     try:
         schema = parse_schema(spec, where)
     except DeclarationError as exc:
@@ -238,16 +224,7 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
         raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
-    kafka_sink = _kafka_sink(spec, schema, where) if sink == "kafka" else None
-    if kafka_sink is None and (
-        extra := sorted({"output_topic", "dead_letter_topic", "output_key"} & set(spec))
-    ):
-        raise PipelineConfigError(f"{where}: {extra} only apply to sink: kafka")
-    if kafka_sink is not None and delivery == "at_most_once":
-        raise PipelineConfigError(
-            f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "
-            "is a warehouse sink's comparison mode only"
-        )
+    sink = sink_class.declare(spec, schema, where)
 
     wake = spec.get("wake_on_records", False)
     if not isinstance(wake, bool):
@@ -277,47 +254,13 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
     return Pipeline(
         name=name,
         topics=tuple(topics),
-        target_table=table,
         schema=schema,
+        sink=sink,
         transform_version=_transform_version(spec.get("transform_version", "v1"), where),
         initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
         max_records_per_partition=positive("max_records_per_partition", 500_000),
         max_value_bytes=positive("max_value_bytes", 65_536),
         delivery=delivery,
-        kafka_sink=kafka_sink,
         wake_on_records=wake,
         mode=mode,
     )
-
-
-def _kafka_sink(spec: dict, schema: RecordSchema, where: str) -> KafkaSink:
-    topics = {}
-    for key in ("output_topic", "dead_letter_topic"):
-        if key not in spec and key == "dead_letter_topic":
-            continue
-        topic = spec.get(key)
-        if not isinstance(topic, str) or not _TOPIC.match(topic):
-            raise PipelineConfigError(
-                f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
-                + (" (sink: kafka needs one)" if topic is None else "")
-            )
-        topics[key] = topic
-    output = topics["output_topic"]
-    dead_letter = topics.get("dead_letter_topic", f"{output}.rejected")
-    if output in spec["topics"] or dead_letter in spec["topics"] or output == dead_letter:
-        raise PipelineConfigError(
-            f"{where}: output_topic {output!r}, dead_letter_topic {dead_letter!r} and the source topics "
-            "must all differ: a pipeline that reads its own output would never finish"
-        )
-    key_column = spec.get("output_key")
-    if key_column is not None and key_column not in {c.name for c in schema.columns}:
-        raise PipelineConfigError(
-            f"{where}: output_key {key_column!r} is not a declared column; one of "
-            f"{[c.name for c in schema.columns]}, or leave it out to keep each source record's key"
-        )
-    timeout = spec.get("transaction_timeout_ms", 60_000)
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1_000:
-        raise PipelineConfigError(
-            f"{where}: transaction_timeout_ms must be a whole number >= 1000, not {timeout!r}"
-        )
-    return KafkaSink(output, dead_letter, key_column, timeout)

@@ -21,7 +21,7 @@ from eosflow.pipelines import Pipeline
 from eosflow.publishers import Publisher
 from eosflow.runners.publisher import ROW_ID_HEADER
 from eosflow.settings import Settings
-from eosflow.sinks.kafka.verify import partitions_of, read_to_end
+from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,11 @@ class RoundTripResult:
 
 def check(settings: Settings, publisher: Publisher, pipeline: Pipeline) -> RoundTripResult:
     """Compare the publisher's table, its topic and the pipeline's table on the pipeline's columns."""
-    if pipeline.kafka_sink is not None:
-        raise ValueError(f"pipeline {pipeline.name!r} writes no table: the round trip ends in a table")
+    if pipeline.sink.table is None:
+        raise ValueError(
+            f"pipeline {pipeline.name!r} writes {pipeline.sink.output}, no table: the round trip ends in "
+            "a table"
+        )
     columns = [c.name for c in pipeline.schema.columns]
     if publisher.id_column not in columns:
         raise ValueError(

@@ -1,4 +1,7 @@
-"""Step 6 of the contract: run the dbt project on one pipeline and read what it found.
+"""Step 6 of the contract: check what a pipeline's sink holds, and keep the verdict.
+
+`verify_pipeline` asks the pipeline's sink (Sink.verify): the warehouse sink runs the dbt project on
+its table, below; the Kafka sink reads its topics back (eosflow.sinks.kafka.verify).
 
 The project ships in the package (eosflow/dbt_project; `dbt/` in a checkout links to it).
 
@@ -29,7 +32,7 @@ from psycopg.rows import dict_row
 from eosflow.settings import Settings
 
 if TYPE_CHECKING:
-    from eosflow.sinks.kafka.verify import KafkaVerifyResult
+    from eosflow.sinks.protocol import Verdict
 
 # The dbt project ships inside the package (the checkout's dbt/ is a link to it): an installed eosflow
 # verifies without a checkout.
@@ -104,6 +107,12 @@ class VerifyResult:
             if c.name == name:
                 return c
         raise KeyError(f"no dbt test or model {name!r} in this run")
+
+    def check_rows(self) -> list[tuple[str, str | None, str, int, str, str | None]]:
+        return [
+            (c.name, c.invariant, c.status, c.failures, json.dumps(list(c.rows), default=str), c.message)
+            for c in self.checks
+        ]
 
     def table(self) -> str:
         """One line per invariant (ok, or FAILED with the offending partitions and offsets)."""
@@ -242,9 +251,7 @@ def _render(row: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in row.items())
 
 
-def verify_pipeline(
-    settings: Settings, pipeline_name: str, marts: bool = True
-) -> VerifyResult | KafkaVerifyResult:
+def verify_pipeline(settings: Settings, pipeline_name: str, marts: bool = True) -> Verdict:
     """The invariants I1-I6 and the marts of one configured pipeline (what `eosflow verify` runs).
 
     marts=False: the invariants alone (the ingest DAGs' check; their marts DAGs build the marts).
@@ -252,19 +259,7 @@ def verify_pipeline(
     from eosflow import pipelines
 
     pipeline = pipelines.load(settings, pipeline_name)
-    if pipeline.kafka_sink is not None:  # no table to build models on: Kafka is read back instead
-        from eosflow.sinks.kafka.verify import verify_kafka_sink
-
-        result: VerifyResult | KafkaVerifyResult = verify_kafka_sink(settings, pipeline)
-    else:
-        declared = {c.name for c in pipeline.schema.columns}
-        result = run_dbt(
-            settings,
-            pipeline.name,
-            pipeline.target_table,
-            business_key=pipeline.schema.business_key,
-            marts=marts and declared >= MART_COLUMNS,
-        )
+    result = pipeline.sink.verify(settings, pipeline, marts)
     record(settings, result)
     return result
 
@@ -285,20 +280,11 @@ def build_marts(settings: Settings, pipeline_name: str) -> VerifyResult:
     )
 
 
-def record(settings: Settings, result: VerifyResult | KafkaVerifyResult) -> None:
+def record(settings: Settings, result: Verdict) -> None:
     """Keep the verdicts in eosflow.checks, where the Airflow view and the metrics read them."""
     from eosflow.ledger.migrate import migrate
 
-    if isinstance(result, VerifyResult):
-        rows = [
-            (c.name, c.invariant, c.status, c.failures, json.dumps(list(c.rows), default=str), c.message)
-            for c in result.checks
-        ]
-    else:
-        rows = [
-            (f.name, None, "pass" if f.ok else "fail", 0 if f.ok else 1, "[]", f.detail)
-            for f in result.checks
-        ]
+    rows = result.check_rows()
     if not rows:
         rows = [("dbt", None, "error", 0, "[]", f"dbt did not run (exit {result.returncode})")]
     migrate(settings.warehouse_dsn, log=lambda m: None)

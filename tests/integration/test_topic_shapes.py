@@ -20,7 +20,7 @@ from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.ranges import OffsetRange
 from eosflow.produce import events
 from eosflow.runners import backfill_run, job
-from eosflow.sinks.postgres import commit, partitions
+from eosflow.sinks.postgres import partitions
 from eosflow.sources.kafka.offsets import topic_id
 
 pytestmark = pytest.mark.integration
@@ -223,7 +223,7 @@ def test_a_replay_that_re_reads_fewer_records_than_committed_is_refused(case):
 
     request = BackfillRequest(case.name, "replay", (0,), 0, 60, chunk_size=60)
     (chunk,) = backfill_run.resolve(case.settings, request)
-    with pytest.raises(commit.ReplayCountError) as refused:
+    with pytest.raises(positions.ReplayCountError) as refused:
         backfill_run.run_chunk(case.settings, case.name, "replay-6", chunk, "replay", log=lambda m: None)
     message = str(refused.value)
     assert f"{case.topic}[0] [0, 60)" in message and "60" in message and str(fewer) in message

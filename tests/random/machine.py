@@ -42,7 +42,7 @@ from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicR
 from eosflow.ledger.ranges import OffsetRange, batch_id_for
 from eosflow.runners import backfill_run, job
 from eosflow.settings import Settings
-from eosflow.sinks.postgres import commit, invariants
+from eosflow.sinks.postgres import invariants
 from eosflow.sources.kafka.read import ReadDataLossError
 from tests import orders
 from tests.random.model import PipelineModel, compare
@@ -121,7 +121,7 @@ def _label(exc: BaseException) -> str:
         (ReadDataLossError, "data loss at read"),
         (TopicRecreatedError, "refused: topic re-created"),
         (BackfillError, "refused by validation"),
-        (commit.ReplayCountError, "refused: replay count"),
+        (positions.ReplayCountError, "refused: replay count"),
         (PositionBeyondLogError, "refused: position beyond log"),
     ):
         if isinstance(exc, kind):

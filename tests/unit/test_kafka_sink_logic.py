@@ -82,7 +82,7 @@ def _load(tmp_path, **spec):
 
 
 def test_a_kafka_sink_declaration_defaults_its_dead_letter_topic(tmp_path):
-    sink = _load(tmp_path).kafka_sink
+    sink = _load(tmp_path).sink
     assert (sink.output_topic, sink.dead_letter_topic, sink.key_column) == ("out", "out.rejected", None)
 
 

@@ -1,7 +1,10 @@
-"""The code's layers point one way: no import circles in `src/eosflow`, and the core never imports the
-dev tools (the stack, the lab, the bench, the producer, the demo); the tools and the CLI import the core.
+"""The code's layers point one way: no import circles in `src/eosflow`; the core never imports the dev
+tools (the stack, the lab, the bench, the producer, the demo), which import the core; and nothing but
+the CLI's sink-specific maintenance commands reaches into a sink's own package: runners, verify and the
+Airflow glue ask the sink (eosflow.sinks.protocol).
 
-Read from the source with `ast`, function-local imports included: a lazy import is still a dependency.
+Read from the source with `ast`, function-local imports included (a lazy import is still a dependency);
+imports under `if TYPE_CHECKING:` are left out, as they never run.
 """
 
 from __future__ import annotations
@@ -11,19 +14,38 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src"
+PLUGINS = ROOT / "plugins"
 # Dev tools and what only they use; `eosflow.cli` offers them as subcommands, so it may import them.
 TOOLS = ("eosflow.stack", "eosflow.lab", "eosflow.bench", "eosflow.produce", "eosflow.demo")
 ENTRY_POINTS = ("eosflow.cli",)
+SINK_PACKAGES = ("eosflow.sinks.postgres", "eosflow.sinks.kafka")
+# Who may import a sink's own package: the sinks, the dev tools (the lab and the bench measure each
+# sink), and the CLI (`eosflow partition` migrates a warehouse table).
+SINK_IMPORTERS = ("eosflow.sinks",) + TOOLS + ENTRY_POINTS
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+def _module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in SRC.rglob("*.py")}
+    """eosflow's modules and the Airflow glue's."""
+    found = {_module_name(p, SRC): p for p in SRC.rglob("*.py")}
+    found.update({_module_name(p, PLUGINS): p for p in (PLUGINS / "eosflow_airflow").rglob("*.py")})
+    return found
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node, except what sits under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
+            continue
+        yield node
+        yield from _runtime_nodes(node)
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -37,7 +59,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -89,7 +111,9 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_lazy_and_package_imports():
     graph = import_graph()
     assert "eosflow.cli.main" in graph and "eosflow.stack" in graph["eosflow.cli.main"]  # a lazy import
-    assert "eosflow.sinks.postgres.commit" in graph["eosflow.runners.job"]  # `from pkg import module`
+    assert "eosflow.runners.job" in graph["eosflow.runners.backfill_run"]  # `from pkg import module`
+    assert "eosflow.sinks.kafka.sink" not in graph["eosflow.sinks.kafka.produce"]  # under TYPE_CHECKING
+    assert "eosflow.pipelines" in graph["eosflow_airflow.dags"]  # the Airflow glue is read too
 
 
 def test_circles_are_found_when_there_are_some():
@@ -99,6 +123,18 @@ def test_circles_are_found_when_there_are_some():
 
 def test_no_import_circles_in_src():
     assert circles(import_graph()) == []
+
+
+def test_only_the_sinks_tools_and_cli_reach_into_a_sink():
+    graph = import_graph()
+    offenders = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if not _within(m, SINK_IMPORTERS)
+        for t in targets
+        if _within(t, SINK_PACKAGES)
+    )
+    assert offenders == []
 
 
 @pytest.mark.parametrize("tool", TOOLS)

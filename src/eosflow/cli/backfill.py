@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from eosflow import settings as settings_mod
-from eosflow.cli.ingest import EXIT, OUTCOME
 from eosflow.ledger.backfill import MODES, BackfillError, BackfillRequest
 from eosflow.runners import backfill_run, job
+from eosflow.runners.outcomes import EXIT, OUTCOME
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -10,47 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eosflow import pipelines
 from eosflow import settings as settings_mod
-from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
-from eosflow.ledger import positions
-from eosflow.ledger.backfill import BackfillError
-from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.runners import backfill_run, job
-from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailableError
-from eosflow.schema.user_transform import TransformContractError
-from eosflow.sinks.postgres import commit
-from eosflow.sources.kafka.offsets import TopicMissingError
-from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
-
-EXIT = {
-    positions.FencedError: 3,
-    DataLossError: 4,
-    ReadDataLossError: 4,
-    commit.StagingIncompleteError: 5,
-    commit.ReplayOutsideCommittedError: 5,
-    commit.ReplayCountError: 5,
-    ReadOutsidePlanError: 5,
-    PositionBeyondLogError: 2,
-    TopicRecreatedError: 2,
-    UnreadableRecordError: 2,
-    BackfillError: 2,
-    pipelines.PipelineConfigError: 2,
-    TopicMissingError: 2,
-    KafkaAuthenticationError: 2,
-    TransformContractError: 2,
-    RegistryAuthenticationError: 2,
-    KafkaUnavailableError: 1,
-    RegistryUnavailableError: 1,
-}
-OUTCOME = {
-    positions.FencedError: "fenced",
-    DataLossError: "data loss",
-    ReadDataLossError: "data loss",
-    BackfillError: "refused",
-    TopicRecreatedError: "refused",
-    commit.ReplayCountError: "refused",
-}
+from eosflow.runners.outcomes import EXIT, OUTCOME
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

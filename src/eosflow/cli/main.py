@@ -83,7 +83,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_kafka(args: argparse.Namespace) -> int:
     """A Kafka sink's open transactions: which output partitions they hold back; --abort ends them."""
     from eosflow import pipelines
-    from eosflow.sinks.kafka import transactions as kafka_transactions
 
     settings = settings_mod.load()
     try:
@@ -91,14 +90,13 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     except pipelines.PipelineConfigError as exc:
         _log(f"error: {exc}")
         return 2
-    if pipeline.kafka_sink is None:
+    held = pipeline.sink.open_transactions(settings, pipeline, args.abort, _log)
+    if held is None:
         _log(
-            f"error: pipeline {pipeline.name!r} writes to the warehouse, not to Kafka: it has no transactions"
+            f"error: pipeline {pipeline.name!r} writes to {pipeline.sink.output}, not to Kafka: it has no "
+            "transactions"
         )
         return 2
-    if args.abort:
-        kafka_transactions.abort_open(settings.kafka, pipeline, log=_log)
-    held = kafka_transactions.held_back(settings.kafka, pipeline)
     if not held:
         print(f"pipeline {pipeline.name}: no open transaction holds back its output topics")
         return 0
@@ -158,8 +156,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
     from eosflow.ledger.migrate import migrate
     from eosflow.pipelines import PipelineConfigError, load_all
-    from eosflow.sinks.postgres import partitions
-    from eosflow.sinks.postgres.compact import compact
 
     s = settings_mod.load()
     try:
@@ -173,14 +169,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     migrate(s.warehouse_dsn, log=_log)
     with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
         for name in args.pipeline or sorted(found):
-            target = found[name].target_table
-            if found[name].kafka_sink is not None:
-                _log(f"{name}: writes to Kafka, no table to compact")
-                continue
-            if not partitions.is_partitioned(conn, target):
-                _log(f"{name}: {target} is not partitioned (not made yet, not exactly_once, or not migrated)")
-                continue
-            print(compact(conn, name, target, args.target_rows, log=_log).line(), flush=True)
+            pipeline = found[name]
+            summary = pipeline.sink.compact(conn, pipeline, args.target_rows, _log)
+            if summary is not None:
+                print(summary.line(), flush=True)
     return 0
 
 

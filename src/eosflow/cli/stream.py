@@ -9,7 +9,7 @@ import sys
 import threading
 
 from eosflow import settings as settings_mod
-from eosflow.cli.ingest import EXIT, OUTCOME
+from eosflow.runners.outcomes import EXIT, OUTCOME
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 

@@ -99,7 +99,7 @@ def zombie(lab: Lab, mode: str, trial: int) -> Trial:
     id) reads the same offsets and commits; A wakes."""
     p = lab.pipeline("zombie", mode, trial)
     manifest = lab.produce(p, seed=lab.seed + trial)
-    point = "in_kafka_transaction" if p.kafka_sink else "after_stage"
+    point = "in_kafka_transaction" if p.writes_to_kafka else "after_stage"
     lab.clear_pause(point)
     old = lab.start_job(p, "zombie", EOSFLOW_PAUSE_AT=point)
     lab.wait_paused(point, old)

@@ -23,7 +23,7 @@ import psycopg
 from eosflow.lab.outcome import Tally, Trial
 from eosflow.lab.world import MODE_TAGS, PUBLISH_MODES, Lab
 from eosflow.produce import events
-from eosflow.sinks.kafka.verify import partitions_of, read_to_end
+from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
 

@@ -80,7 +80,7 @@ class LabPipeline:
     mode: str
 
     @property
-    def kafka_sink(self) -> bool:
+    def writes_to_kafka(self) -> bool:
         return self.mode in KAFKA_MODES
 
     @property
@@ -124,7 +124,7 @@ class Lab:
         p = LabPipeline(name, f"lab.{name}", f"lab.{name}", mode)
         sink = (
             {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
-            if p.kafka_sink
+            if p.writes_to_kafka
             else {"target_table": p.table, "delivery": STREAM_MODES.get(mode, mode)}
         )
         self._declared[name] = {
@@ -203,7 +203,7 @@ class Lab:
     def measure(self, p: LabPipeline, manifest: Manifest) -> Tally:
         """Against the producer's manifest and the rows really in the table (or the records a
         read_committed consumer gets from the output topic), never the ledger."""
-        if p.kafka_sink:
+        if p.writes_to_kafka:
             return tally(manifest, topic_event_ids(self.settings.kafka, p.output_topic))
         with psycopg.connect(self.settings.warehouse_dsn) as conn:
             exists = conn.execute("select to_regclass(%s) is not null", (p.table,)).fetchone()[0]
@@ -215,7 +215,7 @@ class Lab:
         topics read back against the ledger)."""
         from eosflow.verify import run_dbt
 
-        if p.kafka_sink:
+        if p.writes_to_kafka:
             from eosflow.sinks.kafka.verify import verify_kafka_sink
 
             pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
@@ -233,7 +233,7 @@ def topic_event_ids(kafka, topic: str) -> list[str]:
     """The event_id of every record a read_committed consumer gets from `topic`, from its start."""
     import json
 
-    from eosflow.sinks.kafka.verify import partitions_of, read_to_end
+    from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
     starts = [(topic, p, -2) for p in partitions_of(kafka, topic)]
     return [str(json.loads(m.value())["event_id"]) for m in read_to_end(kafka, starts)]

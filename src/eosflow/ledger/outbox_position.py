@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from eosflow.publishers import Publisher
-from eosflow.sinks.kafka.verify import read_to_end
+from eosflow.sources.kafka.read_back import read_to_end
 from eosflow.sources.outbox import Position
 
 _TIMEOUT_S = 30.0
@@ -27,7 +27,7 @@ def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> 
     """The offsets topic (compacted, one partition) and the output topic (the cluster's defaults)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from eosflow.sinks.kafka.topics import create
+    from eosflow.kafka_admin import create_topics
 
     client = AdminClient(dict(kafka))
     existing = client.list_topics(timeout=_TIMEOUT_S).topics
@@ -37,7 +37,7 @@ def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> 
     if publisher.topic not in existing:
         wanted.append(NewTopic(publisher.topic, -1, -1))  # -1: num.partitions, default.replication.factor
     if wanted:
-        create(client, wanted, log)
+        create_topics(client, wanted, log)
 
 
 def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:

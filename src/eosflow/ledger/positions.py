@@ -136,3 +136,15 @@ def already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
         (batch_id, batch_id),
     ).fetchone()
     return done
+
+
+class StagingIncompleteError(RuntimeError):
+    """The staged rows do not add up to what was read; nothing was written."""
+
+
+class ReplayCountError(RuntimeError):
+    """A replay re-read another number of records than is committed for its range; nothing was written."""
+
+
+class ReplayOutsideCommittedError(RuntimeError):
+    """A replay may only re-read offsets that are committed."""

@@ -48,7 +48,7 @@ def resolve(
         pipeline = pipelines.load(settings, request.pipeline)
     except pipelines.PipelineConfigError as exc:
         raise BackfillError(str(exc)) from None
-    refuse_replay_into_kafka(pipeline, request.mode)
+    refuse_backfill(pipeline, request.mode)
     migrate(settings.warehouse_dsn, log=lambda m: None)
     topic = backfill_topic(pipeline, request.topic)
     with psycopg.connect(settings.warehouse_dsn) as conn:
@@ -94,15 +94,9 @@ def resolve(
     return chunks
 
 
-def refuse_replay_into_kafka(pipeline: pipelines.Pipeline, mode: str) -> None:
-    """A replay re-writes committed records; into a topic that is a second copy for every consumer."""
-    if pipeline.kafka_sink is not None and mode == "replay":
-        raise BackfillError(
-            f"pipeline {pipeline.name!r} writes to Kafka topic {pipeline.kafka_sink.output_topic!r}: a "
-            "replay would append a second copy of the range for every downstream consumer, which no one "
-            "can take back. Not done. To re-derive a range, write it to a new output_topic with a new "
-            "pipeline; catch-up backfills are fine."
-        )
+def refuse_backfill(pipeline: pipelines.Pipeline, mode: str) -> None:
+    """BackfillError if the pipeline's sink cannot take a backfill of this mode (a replay into Kafka)."""
+    pipeline.sink.refuse_backfill(pipeline, mode)
 
 
 def backfill_topic(pipeline: pipelines.Pipeline, topic: str | None) -> str:
@@ -227,7 +221,7 @@ def run_chunk(
     if kind not in ("catch-up", "replay"):
         raise ValueError(f"a chunk is a catch-up or a replay, not {kind!r}")
     pipeline = pipelines.load(settings, pipeline_name)
-    refuse_replay_into_kafka(pipeline, kind)
+    refuse_backfill(pipeline, kind)
     batch_id = batch_id_for(pipeline.name, run_id, chunk, kind)
 
     def make_plan(conn, version: int) -> tuple[Plan, str | None]:

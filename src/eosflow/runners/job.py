@@ -1,4 +1,5 @@
-"""One ingestion run, step by step as docs/DESIGN.md says: plan, read, transform, stage, commit.
+"""One ingestion run, step by step as docs/DESIGN.md says: plan, read, transform, then the pipeline's sink
+writes and commits (eosflow.sinks.protocol).
 
 `run()` is what `eosflow ingest` and the spark-submit entry point (spark/ingest_job.py) both call.
 """
@@ -24,7 +25,7 @@ from eosflow.runners.summary import RunSummary
 from eosflow.schema import user_transform
 from eosflow.schema.avro import RegistryAuthenticationError, RegistryConfig, RegistryUnavailableError
 from eosflow.settings import Settings
-from eosflow.sinks.postgres import commit as commit_mod
+from eosflow.sinks.protocol import Run
 from eosflow.sources.kafka.offsets import partition_offsets, topic_id
 
 Log = Callable[[str], None]
@@ -82,7 +83,7 @@ def prepare(
         user_transform.load(pipeline.schema.transform)  # not found: the plan task says so, not Spark
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        _prepare_sink(conn, settings, pipeline, log)
+        pipeline.sink.prepare(conn, settings, pipeline, log)
         version = store.declaration_version(conn, pipeline)
         batch_id = batch_id_for(pipeline.name, run_id)
         return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log)
@@ -105,8 +106,7 @@ def execute(
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         version = store.declaration_version(conn, pipeline)
         _refuse_another_declaration(conn, pipeline, batch_id, version)  # before the target changes
-        _prepare_sink(conn, settings, pipeline, log)
-        store.sweep_staging(conn, log)
+        pipeline.sink.prepare(conn, settings, pipeline, log)
         with timer("plan"):
             plan, status = make_plan(conn, version)
         if plan is None:
@@ -130,81 +130,20 @@ def execute(
             log(f"delivery {pipeline.delivery}: the commit is split in two transactions (see DESIGN.md)")
         fault_point("after_plan")
 
-        if pipeline.kafka_sink is not None:
-            from eosflow.sinks.kafka import ledger_mirror as kafka_ledger
-
-            outcomes = _produce(settings, pipeline, plan, registry, timer, log)  # commits in Kafka
-            fault_point("in_commit")  # committed in Kafka, not yet mirrored in the ledger
-            with timer("ledger mirror"):
-                summary.outcome, summary.counts = kafka_ledger.mirror(conn, plan, outcomes)
-            fault_point("after_commit")
-            return summary
-        records_read: dict[tuple[str, int], int] = {}
-        if plan.nonempty:
-            by_range = commit_mod.stages_by_range(conn, pipeline, plan)
-            records_read = _read_transform_stage(settings, pipeline, plan, registry, by_range, timer, log)
-            _check_topic_unchanged(settings, plan)
-        commit_fn = commit_mod.commit_replay if plan.kind == "replay" else commit_mod.commit
-        with timer("commit"):
-            summary.outcome, summary.counts = commit_fn(conn, pipeline, plan, records_read)
+        run = Run(
+            settings,
+            pipeline,
+            plan,
+            registry,
+            log,
+            read=lambda phase: _checked_read(settings, pipeline, plan, registry, timer, phase),
+            time=timer,
+            check_topics_unchanged=lambda: _check_topic_unchanged(settings, plan),
+        )
+        written = pipeline.sink.write(conn, run)  # steps 2 to 4, in the Spark tasks
+        summary.outcome, summary.counts = pipeline.sink.commit(conn, run, written)  # step 5
         fault_point("after_commit")
     return summary
-
-
-def _prepare_sink(conn, settings: Settings, pipeline: pipelines.Pipeline, log: Log) -> None:
-    """The sink ready before planning: the warehouse's target table, or a Kafka sink's topics checked
-    and its ledger caught up with what Kafka committed."""
-    if pipeline.kafka_sink is None:
-        store.ensure_target(conn, pipeline)
-        return
-    from eosflow.sinks.kafka import ledger_mirror as kafka_ledger
-    from eosflow.sinks.kafka import topics as kafka_topics
-
-    kafka_topics.prepare(settings.kafka, pipeline, log)
-    kafka_ledger.reconcile(conn, settings.kafka, pipeline, log)
-
-
-def _produce(
-    settings: Settings,
-    pipeline: pipelines.Pipeline,
-    plan: Plan,
-    registry: RegistryConfig | None,
-    timer: _Timer,
-    log: Log,
-) -> dict:
-    """A Kafka sink's steps 2 to 5: each Spark task reads its range, checks it, and produces it with its
-    offsets in one Kafka transaction (eosflow.sinks.kafka.produce)."""
-    from eosflow.sinks.kafka import produce as kafka_sink
-
-    if not plan.nonempty:  # no record to read: only first ranges and losses, offsets alone, no Spark
-        return {
-            (p.range.topic, p.range.partition): kafka_sink.offsets_only(
-                settings.kafka, pipeline, p, plan.batch_id
-            )
-            for p in plan.partitions
-            if p.first_seen or p.lost is not None
-        }
-    _check_topic_unchanged(settings, plan)  # before any range commits: nothing would undo it
-    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+produce") as result:
-        encode = None
-        if registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
-            from eosflow.schema.avro_out import register_output
-
-            encode = register_output(
-                registry, pipeline.name, pipeline.schema, pipeline.kafka_sink.output_topic
-            )
-        outcomes = kafka_sink.produce_plan(
-            settings.kafka, pipeline, plan, result.source, result.check, encode
-        )
-    # Each task checked its range before committing it (kafka_sink.RangeTransaction.commit).
-    sink = pipeline.kafka_sink
-    log(
-        f"produced {sum(o.written for o in outcomes.values()):,} records to {sink.output_topic} and "
-        f"{sum(o.rejected for o in outcomes.values()):,} to {sink.dead_letter_topic}, each range with its "
-        "offsets in one Kafka transaction: "
-        + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
-    )
-    return outcomes
 
 
 def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:
@@ -283,33 +222,6 @@ def _check_topic_unchanged(settings: Settings, plan: Plan) -> None:
         current = topic_id(settings.kafka, topic, settings.kafka_timeout_s)
         if current != planned:
             raise TopicRecreatedError(plan.pipeline, topic, planned, current)
-
-
-def _read_transform_stage(
-    settings: Settings,
-    pipeline: pipelines.Pipeline,
-    plan: Plan,
-    registry: RegistryConfig | None,
-    by_range: bool,
-    timer: _Timer,
-    log: Log,
-) -> dict[tuple[str, int], int]:
-    """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging."""
-    from eosflow.sinks.postgres.stage import stage
-    from eosflow.sources.kafka.read import check_within_plan
-
-    with _checked_read(settings, pipeline, plan, registry, timer, "read+transform+stage") as result:
-        staged = stage(settings, pipeline, plan, result, by_range=by_range)
-    records_read = check_within_plan(plan, staged.read)
-    log(
-        f"read {sum(records_read.values()):,} records and staged them: "
-        f"{staged.valid:,} rows, {staged.rejected:,} rejected"
-    )
-    # The pass reads and stages together, so both points stand after it: the state a crash leaves
-    # there is the same (staged, not committed), and the lab still kills at each named boundary.
-    fault_point("after_read")
-    fault_point("after_stage")
-    return records_read
 
 
 @contextmanager

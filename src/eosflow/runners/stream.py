@@ -21,9 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import psycopg
-from psycopg import sql
-
 from eosflow import pipelines
 from eosflow.ledger import positions
 from eosflow.ledger.ranges import Plan
@@ -76,7 +73,7 @@ def stream(
     # keeps a bounded history of its jobs (Spark's default, 1,000 jobs and SQL executions with their
     # tasks, is a quarter hour of one-second batches in the driver's heap).
     spark = get_spark(settings, f"eosflow-stream-{pipeline.name}", jit="", extra=STREAM_SPARK_CONF)
-    _warm_up(spark)
+    _warm_up(spark, pipeline)
     log(
         f"streaming pipeline {pipeline.name} ({', '.join(pipeline.topics)} -> {_output(pipeline)}): a batch "
         f"every {options.trigger_s:g}s, run ids {prefix}_<n>; stop with SIGTERM or Ctrl-C"
@@ -141,7 +138,7 @@ def stream(
 def _needs_a_person(exc: Exception) -> bool:
     """A refusal no retry can change (a declaration error, a data loss to acknowledge, a re-created
     topic, counts that do not add up): the exit codes 2, 4 and 5 of `eosflow ingest`."""
-    from eosflow.cli.ingest import EXIT
+    from eosflow.runners.outcomes import EXIT
 
     return any(isinstance(exc, kind) and code in (2, 4, 5) for kind, code in EXIT.items())
 
@@ -150,18 +147,19 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def _warm_up(spark) -> None:
+def _warm_up(spark, pipeline: pipelines.Pipeline) -> None:
     """Start the Python workers and import what a batch's tasks import, before the first batch: its
     records would otherwise wait for it (the first batch took 6.7 s of a 1 s trigger's budget)."""
-    spark.range(0, 8, numPartitions=8).mapInArrow(_import_task_modules, "id long").collect()
+    modules = ("eosflow.transform", *pipeline.sink.task_modules)
 
+    def import_task_modules(batches):
+        import importlib
 
-def _import_task_modules(batches):
-    import eosflow.sinks.kafka.produce  # noqa: F401
-    import eosflow.sinks.postgres.stage  # noqa: F401
-    import eosflow.transform  # noqa: F401
+        for name in modules:
+            importlib.import_module(name)
+        yield from batches
 
-    yield from batches
+    spark.range(0, 8, numPartitions=8).mapInArrow(import_task_modules, "id long").collect()
 
 
 def _batch_line(n: int, summary: RunSummary, seconds: float) -> str:
@@ -170,7 +168,7 @@ def _batch_line(n: int, summary: RunSummary, seconds: float) -> str:
 
 
 def _output(pipeline: pipelines.Pipeline) -> str:
-    return pipeline.target_table if pipeline.kafka_sink is None else pipeline.kafka_sink.output_topic
+    return pipeline.sink.output
 
 
 def _lag(plan: Plan | None) -> dict[str, int]:
@@ -182,27 +180,8 @@ def _lag(plan: Plan | None) -> dict[str, int]:
 def _latencies(
     settings: Settings, pipeline: pipelines.Pipeline, summary: RunSummary, committed_at: float
 ) -> tuple[float, ...]:
-    """Seconds from each committed record's Kafka timestamp to `committed_at`, read back from the target
-    through its (topic, partition, offset) key. A Kafka sink has no table to read them from: none."""
-    if summary.outcome != positions.COMMITTED or summary.plan is None or pipeline.kafka_sink is not None:
+    """Seconds from each committed record's Kafka timestamp to `committed_at`, where the sink can read
+    them back (Sink.latencies); none for a batch that committed nothing new."""
+    if summary.outcome != positions.COMMITTED or summary.plan is None:
         return ()
-    ranges = summary.plan.nonempty
-    if not ranges:
-        return ()
-    schema, table = pipeline.target_table.split(".")
-    query = sql.SQL(" union all ").join(
-        sql.SQL(
-            "select extract(epoch from kafka_timestamp)::float8 from {} where kafka_topic = {} "
-            "and kafka_partition = {} and kafka_offset >= {} and kafka_offset < {} "
-            "and kafka_timestamp is not null"
-        ).format(
-            sql.Identifier(schema, table),
-            sql.Literal(r.topic),
-            sql.Literal(r.partition),
-            sql.Literal(r.start),
-            sql.Literal(r.end),
-        )
-        for r in ranges
-    )
-    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        return tuple(committed_at - ts for (ts,) in conn.execute(query))
+    return pipeline.sink.latencies(settings, pipeline, summary.plan, committed_at)

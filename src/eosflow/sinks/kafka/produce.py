@@ -34,11 +34,12 @@ from eosflow.faults import fault_point
 from eosflow.ledger.mirror import FENCED, RangeOutcome
 from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
-from eosflow.pipelines import KafkaSink, Pipeline
+from eosflow.pipelines import Pipeline
 from eosflow.schema.arrow import json_text
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:
+    from eosflow.sinks.kafka.sink import KafkaSink
     from eosflow.transform import BatchCheck
 
 
@@ -302,7 +303,7 @@ def range_producer(
     encode: a valid record's typed columns -> the output value (default: JSON; Avro: schema.avro_out).
     """
     parts = {(p.range.topic, p.range.partition): p for p in plan.partitions}
-    sink, name, delivery, batch_id = pipeline.kafka_sink, pipeline.name, pipeline.delivery, plan.batch_id
+    sink, name, delivery, batch_id = pipeline.sink, pipeline.name, pipeline.delivery, plan.batch_id
     names = [c.name for c in pipeline.schema.columns]
     encode = encode or functools.partial(json_value, names)
     key_index = names.index(sink.key_column) if sink.key_column else None
@@ -382,7 +383,7 @@ def offsets_only(
 ) -> RangeOutcome:
     """A range that delivered no record (only aborted records or markers, a first empty range, an
     acknowledged loss): its offsets alone, in a transaction of the same id, so the position moves."""
-    txn = RangeTransaction(kafka, pipeline.name, pipeline.delivery, pipeline.kafka_sink, part, batch_id)
+    txn = RangeTransaction(kafka, pipeline.name, pipeline.delivery, pipeline.sink, part, batch_id)
     try:
         outcome, why = txn.open()
         return txn.outcome(outcome, why) if outcome is not None else txn.commit()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from eosflow.kafka_admin import create_topics
 from eosflow.pipelines import Pipeline, PipelineConfigError
 
 _TIMEOUT_S = 30.0
@@ -23,29 +24,13 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     metadata = client.list_topics(timeout=_TIMEOUT_S)
     source = metadata.topics.get(pipeline.topic)
     partitions = len(source.partitions) if source is not None and source.partitions else 1
-    sink = pipeline.kafka_sink
+    sink = pipeline.sink
     missing = [t for t in (sink.output_topic, sink.dead_letter_topic) if t not in metadata.topics]
     if missing:
         from confluent_kafka.admin import NewTopic
 
         # As many partitions as the source; replication -1: the cluster's default.replication.factor.
-        create(client, [NewTopic(t, partitions, -1) for t in missing], log)
-
-
-def create(client, topics: list, log=print) -> None:
-    """Create `topics` (confluent-kafka NewTopic values); one a concurrent run made first is fine."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    for topic, future in client.create_topics(topics).items():
-        try:
-            future.result(timeout=_TIMEOUT_S)
-            log(f"created topic {topic}")
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise PipelineConfigError(
-                    f"could not create topic {topic!r}: {exc.args[0].str()}; create it yourself or give "
-                    "eosflow's Kafka user the right to"
-                ) from exc
+        create_topics(client, [NewTopic(t, partitions, -1) for t in missing], log)
 
 
 def check_transaction_timeout(client, pipeline: Pipeline) -> None:
@@ -55,7 +40,7 @@ def check_transaction_timeout(client, pipeline: Pipeline) -> None:
 
     brokers = client.list_topics(timeout=_TIMEOUT_S).brokers
     resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in sorted(brokers)]
-    wanted = pipeline.kafka_sink.transaction_timeout_ms
+    wanted = pipeline.sink.transaction_timeout_ms
     for resource, future in client.describe_configs(resources).items():
         entry = future.result(timeout=_TIMEOUT_S).get("transaction.max.timeout.ms")
         if entry is not None and entry.value is not None and wanted > int(entry.value):

@@ -40,7 +40,7 @@ def held_back(kafka: Mapping[str, str], pipeline: Pipeline) -> list[HeldBack]:
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     client = AdminClient(dict(kafka))
-    sink = pipeline.kafka_sink
+    sink = pipeline.sink
     topics = client.list_topics(timeout=_TIMEOUT_S).topics
     wanted = [
         TopicPartition(t, p)

@@ -9,7 +9,6 @@ record that names no committed source record is something that should not be the
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import psycopg
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
 from eosflow.sinks.kafka.produce import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
 Coordinates = tuple[str, int, int]  # (source topic, partition, offset)
 SHOWN = 5
@@ -50,13 +50,18 @@ class KafkaVerifyResult:
     def failed(self) -> list[Finding]:
         return [f for f in self.checks if not f.ok]
 
+    def check_rows(self) -> list[tuple[str, str | None, str, int, str, str | None]]:
+        return [
+            (f.name, None, "pass" if f.ok else "fail", 0 if f.ok else 1, "[]", f.detail) for f in self.checks
+        ]
+
     def table(self) -> str:
         lines = [f"Kafka verify of pipeline {self.pipeline}: {'ok' if self.ok else 'FAILED'}"]
         return "\n".join(lines + [f"  {f.describe()}" for f in self.checks])
 
 
 def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
-    sink = pipeline.kafka_sink
+    sink = pipeline.sink
     with psycopg.connect(settings.warehouse_dsn) as conn:
         ranges = conn.execute(
             "select topic, partition, start_offset, end_offset from eosflow.ledger "
@@ -108,53 +113,6 @@ def _show(keys: list[Coordinates]) -> str:
     return ", ".join(f"{t}[{p}]@{o}" for t, p, o in keys[:SHOWN])
 
 
-def read_to_end(
-    kafka: Mapping[str, str],
-    starts: Iterable[tuple[str, int, int]],
-    ends: Mapping[tuple[str, int], int] | None = None,
-    isolation: str = "read_committed",
-    idle_s: float = 30.0,
-) -> Iterator:
-    """The records of each (topic, partition) from its start offset (-2: the beginning) to the end a
-    reader with `isolation` sees now, or to `ends` (exclusive); stops after `idle_s` without progress."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            **kafka,
-            "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    ends = ends or {}
-    try:
-        assignment = [TopicPartition(t, p, o) for t, p, o in starts]
-        open_ = {(tp.topic, tp.partition) for tp in assignment}
-        consumer.assign(assignment)
-        idle_since = time.monotonic()
-        while open_ and time.monotonic() - idle_since < idle_s:
-            # A short wait: consume() returns early only once it has num_messages.
-            batch = consumer.consume(5_000, timeout=0.2)
-            if batch:
-                idle_since = time.monotonic()
-            for m in batch:
-                key = (m.topic(), m.partition())
-                if key not in open_:
-                    continue
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        open_.discard(key)
-                    continue
-                if key in ends and m.offset() >= ends[key]:
-                    open_.discard(key)
-                    continue
-                yield m
-    finally:
-        consumer.close()
-
-
 def _source_records(
     kafka: Mapping[str, str], ranges: Iterable[tuple[str, int, int, int]]
 ) -> Iterator[Coordinates]:
@@ -181,10 +139,3 @@ def _named_sources(kafka: Mapping[str, str], topic: str) -> Iterator[Coordinates
             yield h[SOURCE_TOPIC].decode(), int(h[SOURCE_PARTITION]), int(h[SOURCE_OFFSET])
         except (KeyError, ValueError):
             yield f"(no source headers: {topic})", m.partition(), m.offset()
-
-
-def partitions_of(kafka: Mapping[str, str], topic: str) -> list[int]:
-    from confluent_kafka.admin import AdminClient
-
-    found = AdminClient(dict(kafka)).list_topics(topic, timeout=30).topics.get(topic)
-    return sorted(found.partitions) if found is not None and found.error is None else []

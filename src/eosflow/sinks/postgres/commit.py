@@ -25,6 +25,9 @@ from eosflow.ledger.positions import (
     Key,
     Locked,
     PartitionCounts,
+    ReplayCountError,
+    ReplayOutsideCommittedError,
+    StagingIncompleteError,
     advance,
     already_committed,
     check_fencing,
@@ -33,17 +36,9 @@ from eosflow.ledger.positions import (
     lock_positions,
 )
 from eosflow.ledger.ranges import Plan
-from eosflow.ledger.store import drop_ranges, staging_table
 from eosflow.pipelines import Pipeline
 from eosflow.sinks.postgres import partitions
-
-
-class StagingIncompleteError(RuntimeError):
-    """The staged rows do not add up to what was read; nothing was written."""
-
-
-class ReplayCountError(RuntimeError):
-    """A replay re-read another number of records than is committed for its range; nothing was written."""
+from eosflow.sinks.postgres.target import drop_ranges, staging_table
 
 
 def commit(
@@ -305,10 +300,6 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
     ]
 
 
-class ReplayOutsideCommittedError(RuntimeError):
-    """A replay may only re-read offsets that are committed."""
-
-
 def commit_replay(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
@@ -418,5 +409,5 @@ def _staging_dropped_on_refusal(conn: psycopg.Connection, plan: Plan) -> Iterato
             with conn.transaction():
                 _clear_staging(conn, sql.SQL(staging_table(plan.batch_id)), plan.batch_id)
         except psycopg.Error:
-            pass  # the sweep of a later run drops it (eosflow.ledger.store.sweep_staging)
+            pass  # the sweep of a later run drops it (eosflow.sinks.postgres.target.sweep_staging)
         raise

@@ -28,8 +28,10 @@ def repartition(conn: psycopg.Connection, pipeline, log: Callable[[str], None] =
     """Migrate `pipeline`'s target to a partitioned one; returns the number of children made (0: it
     already was partitioned). `conn` in autocommit mode."""
     target = pipeline.target_table
-    if pipeline.kafka_sink is not None:
-        raise RepartitionError(f"pipeline {pipeline.name!r} writes to Kafka: it has no table to partition")
+    if pipeline.sink.table is None:
+        raise RepartitionError(
+            f"pipeline {pipeline.name!r} writes {pipeline.sink.output}: it has no table to partition"
+        )
     if partitions.is_partitioned(conn, target):
         log(f"{target} is partitioned already: nothing to do")
         return 0

@@ -8,7 +8,7 @@ Postgres parses it while the task checks the next rows. Each task also counts wh
 partition (records, lowest and highest offset), so the count the commit checks staging against
 comes from the same pass, not from a second read.
 
-The batch's rows go to a staging table of its own (eosflow.ledger.store.staging_table), made
+The batch's rows go to a staging table of its own (eosflow.sinks.postgres.target.staging_table), made
 here and dropped by the commit; re-staging the same batch replaces it, and its old rejected rows
 are deleted first. A task commits its
 COPY when it has read its whole range; a failed task commits nothing, and anything a retried
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import psycopg
 
 from eosflow.ledger.ranges import Plan
-from eosflow.ledger.store import create_staging, drop_ranges
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import partitions
+from eosflow.sinks.postgres.target import create_staging, drop_ranges
 from eosflow.transform import REJECTED_COLUMNS, BatchCheck, TransformResult, arrow_source
 
 Key = tuple[str, int]  # (topic, partition)

@@ -1,0 +1,54 @@
+"""How a run that did not commit is reported: an exit code and an outcome word per error, the same for
+`eosflow ingest`, `backfill`, `stream` and a spark-submit run (the Airflow glue reads them from the log).
+
+0 committed; 1 worth a retry (Kafka or the registry unreachable); 2 refused before anything was written
+(a wrong declaration, request or credential; fix it first); 3 fenced (another run moved the positions);
+4 data loss (records deleted before they were read); 5 what was written does not add up (nothing was
+committed; a re-run of the same run id re-writes it).
+"""
+
+from __future__ import annotations
+
+from eosflow.errors import PipelineConfigError
+from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
+from eosflow.ledger.backfill import BackfillError
+from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
+from eosflow.ledger.positions import (
+    FencedError,
+    ReplayCountError,
+    ReplayOutsideCommittedError,
+    StagingIncompleteError,
+)
+from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailableError
+from eosflow.schema.user_transform import TransformContractError
+from eosflow.sources.kafka.offsets import TopicMissingError
+from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
+
+EXIT = {
+    FencedError: 3,
+    DataLossError: 4,
+    ReadDataLossError: 4,
+    StagingIncompleteError: 5,
+    ReplayOutsideCommittedError: 5,
+    ReplayCountError: 5,
+    ReadOutsidePlanError: 5,
+    PositionBeyondLogError: 2,
+    TopicRecreatedError: 2,
+    UnreadableRecordError: 2,
+    BackfillError: 2,
+    PipelineConfigError: 2,
+    TopicMissingError: 2,
+    KafkaAuthenticationError: 2,
+    TransformContractError: 2,
+    RegistryAuthenticationError: 2,
+    KafkaUnavailableError: 1,
+    RegistryUnavailableError: 1,
+}
+OUTCOME = {
+    FencedError: "fenced",
+    DataLossError: "data loss",
+    ReadDataLossError: "data loss",
+    BackfillError: "refused",
+    TopicRecreatedError: "refused",
+    ReplayCountError: "refused",
+}

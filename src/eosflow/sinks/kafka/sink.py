@@ -1,0 +1,170 @@
+"""The Kafka sink (`sink: kafka`): exactly once between Kafka topics; its truth is Kafka.
+
+Each Spark task produces its range's records and commits the consumed offsets in the same Kafka
+transaction (produce.py); the run then mirrors the committed ranges into the ledger (ledger_mirror.py),
+and the next run first mirrors whatever a crash left unmirrored. `eosflow verify` reads Kafka back
+(verify.py); `eosflow kafka transactions` shows and aborts open transactions (transactions.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+
+from eosflow.errors import PipelineConfigError
+from eosflow.faults import fault_point
+from eosflow.pipelines import Pipeline
+from eosflow.schema.declaration import RecordSchema
+from eosflow.settings import Settings
+from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
+
+
+@dataclass(frozen=True)
+class KafkaSink(Sink):
+    """Where a `sink: kafka` pipeline writes: one Kafka transaction per source partition and run."""
+
+    kind: ClassVar[str] = "kafka"
+    keys: ClassVar[frozenset[str]] = frozenset(
+        {"output_topic", "dead_letter_topic", "output_key", "transaction_timeout_ms"}
+    )
+    truth: ClassVar[str] = "kafka"
+    task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.kafka.produce",)
+
+    output_topic: str
+    dead_letter_topic: str  # rejected records, in the same transaction as the output
+    key_column: str | None = None  # None: the source record's key, byte for byte
+    transaction_timeout_ms: int = 60_000
+
+    @classmethod
+    def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> KafkaSink:
+        topics = {}
+        for key in ("output_topic", "dead_letter_topic"):
+            if key not in spec and key == "dead_letter_topic":
+                continue
+            topic = spec.get(key)
+            if not isinstance(topic, str) or not _TOPIC.match(topic):
+                raise PipelineConfigError(
+                    f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
+                    + (" (sink: kafka needs one)" if topic is None else "")
+                )
+            topics[key] = topic
+        output = topics["output_topic"]
+        dead_letter = topics.get("dead_letter_topic", f"{output}.rejected")
+        if output in spec["topics"] or dead_letter in spec["topics"] or output == dead_letter:
+            raise PipelineConfigError(
+                f"{where}: output_topic {output!r}, dead_letter_topic {dead_letter!r} and the source topics "
+                "must all differ: a pipeline that reads its own output would never finish"
+            )
+        key_column = spec.get("output_key")
+        if key_column is not None and key_column not in {c.name for c in schema.columns}:
+            raise PipelineConfigError(
+                f"{where}: output_key {key_column!r} is not a declared column; one of "
+                f"{[c.name for c in schema.columns]}, or leave it out to keep each source record's key"
+            )
+        timeout = spec.get("transaction_timeout_ms", 60_000)
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1_000:
+            raise PipelineConfigError(
+                f"{where}: transaction_timeout_ms must be a whole number >= 1000, not {timeout!r}"
+            )
+        if spec.get("delivery") == "at_most_once":
+            raise PipelineConfigError(
+                f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "
+                "is a warehouse sink's comparison mode only"
+            )
+        return cls(output, dead_letter, key_column, timeout)
+
+    @property
+    def output(self) -> str:
+        return f"topic {self.output_topic}"
+
+    def output_uri(self, settings: Settings) -> str:
+        from eosflow.assets import topic_uri
+
+        return topic_uri(settings, self.output_topic)
+
+    def describe(self) -> str:
+        return f"Kafka topic `{self.output_topic}`"
+
+    def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
+        """The output topics checked (or made), and the ledger caught up with what Kafka committed."""
+        from eosflow.sinks.kafka import ledger_mirror, topics
+
+        topics.prepare(settings.kafka, pipeline, log)
+        ledger_mirror.reconcile(conn, settings.kafka, pipeline, log)
+
+    def write(self, conn: psycopg.Connection, run: Run) -> dict:
+        """Each Spark task reads its range, checks it, and produces it with its offsets in one Kafka
+        transaction: the ranges are committed in Kafka when this returns (the outcomes say which)."""
+        from eosflow.sinks.kafka import produce
+
+        settings, pipeline, plan = run.settings, run.pipeline, run.plan
+        if not plan.nonempty:  # no record to read: only first ranges and losses, offsets alone, no Spark
+            return {
+                (p.range.topic, p.range.partition): produce.offsets_only(
+                    settings.kafka, pipeline, p, plan.batch_id
+                )
+                for p in plan.partitions
+                if p.first_seen or p.lost is not None
+            }
+        run.check_topics_unchanged()  # before any range commits: nothing would undo it
+        with run.read("read+transform+produce") as result:
+            encode = None
+            if run.registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
+                from eosflow.schema.avro_out import register_output
+
+                encode = register_output(run.registry, pipeline.name, pipeline.schema, self.output_topic)
+            outcomes = produce.produce_plan(
+                settings.kafka, pipeline, plan, result.source, result.check, encode
+            )
+        # Each task checked its range before committing it (produce.RangeTransaction.commit).
+        run.log(
+            f"produced {sum(o.written for o in outcomes.values()):,} records to {self.output_topic} and "
+            f"{sum(o.rejected for o in outcomes.values()):,} to {self.dead_letter_topic}, each range with "
+            "its offsets in one Kafka transaction: "
+            + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
+        )
+        return outcomes
+
+    def commit(self, conn: psycopg.Connection, run: Run, written: object):
+        from eosflow.sinks.kafka import ledger_mirror
+
+        fault_point("in_commit")  # committed in Kafka, not yet mirrored in the ledger
+        with run.time("ledger mirror"):
+            return ledger_mirror.mirror(conn, run.plan, written)
+
+    def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
+        """A replay re-writes committed records; into a topic that is a second copy for every consumer."""
+        if mode == "replay":
+            from eosflow.ledger.backfill import BackfillError
+
+            raise BackfillError(
+                f"pipeline {pipeline.name!r} writes to Kafka topic {self.output_topic!r}: a replay would "
+                "append a second copy of the range for every downstream consumer, which no one can take "
+                "back. Not done. To re-derive a range, write it to a new output_topic with a new pipeline; "
+                "catch-up backfills are fine."
+            )
+
+    def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
+        """No table to build models on: Kafka is read back instead."""
+        from eosflow.sinks.kafka.verify import verify_kafka_sink
+
+        return verify_kafka_sink(settings, pipeline)
+
+    def open_transactions(
+        self, settings: Settings, pipeline: Pipeline, abort: bool, log: Log
+    ) -> list[object] | None:
+        from eosflow.sinks.kafka import transactions
+
+        if abort:
+            transactions.abort_open(settings.kafka, pipeline, log=log)
+        return list(transactions.held_back(settings.kafka, pipeline))
+
+    def compact(self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log):
+        log(f"{pipeline.name}: writes to Kafka, no table to compact")
+        return None

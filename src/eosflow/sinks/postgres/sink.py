@@ -1,0 +1,153 @@
+"""The warehouse sink (`sink: warehouse`, the default): its truth is the warehouse itself.
+
+Each Spark task COPYs its range into staging (stage.py); one Postgres transaction then makes the rows,
+the rejected rows, the ledger rows and the positions visible together (commit.py). dbt checks the
+invariants on the table (eosflow.verify).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg import sql
+
+from eosflow.errors import PipelineConfigError
+from eosflow.faults import fault_point
+from eosflow.ledger.ranges import Plan
+from eosflow.pipelines import Pipeline
+from eosflow.schema.declaration import RecordSchema
+from eosflow.settings import Settings
+from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+
+_TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
+# eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
+_RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
+
+
+@dataclass(frozen=True)
+class PostgresSink(Sink):
+    kind: ClassVar[str] = "warehouse"
+    keys: ClassVar[frozenset[str]] = frozenset({"target_table"})
+    truth: ClassVar[str] = "warehouse"
+    task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.postgres.stage",)
+
+    target_table: str
+
+    @classmethod
+    def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> PostgresSink:
+        table = str(spec.get("target_table", ""))
+        if not _TABLE.match(table):
+            raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
+        namespace = table.split(".")[0]
+        if namespace in _RESERVED_SCHEMAS or namespace.startswith("pg_"):
+            raise PipelineConfigError(
+                f"{where}: target_table {table!r} is in schema {namespace!r}, which eosflow or Postgres "
+                "keeps for itself; put the output in a schema of its own, e.g. raw.<table>"
+            )
+        return cls(table)
+
+    @property
+    def output(self) -> str:
+        return self.target_table
+
+    @property
+    def table(self) -> str:
+        return self.target_table
+
+    def output_uri(self, settings: Settings) -> str:
+        from eosflow.assets import table_uri
+
+        return table_uri(settings, self.target_table)
+
+    def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
+        """The target made (or evolved) from the declaration; staging a crashed run left, swept."""
+        from eosflow.sinks.postgres import target
+
+        target.ensure_target(conn, pipeline)
+        target.sweep_staging(conn, log)
+
+    def write(self, conn: psycopg.Connection, run: Run) -> dict[tuple[str, int], int]:
+        """Steps 2 to 4 as one Spark job: each task reads its range, checks it and COPYs it to staging.
+        Returns the records read per (topic, partition), which the commit checks staging against."""
+        from eosflow.sinks.postgres.commit import stages_by_range
+        from eosflow.sinks.postgres.stage import stage
+        from eosflow.sources.kafka.read import check_within_plan
+
+        plan = run.plan
+        if not plan.nonempty:
+            return {}
+        by_range = stages_by_range(conn, run.pipeline, plan)
+        with run.read("read+transform+stage") as result:
+            staged = stage(run.settings, run.pipeline, plan, result, by_range=by_range)
+        records_read = check_within_plan(plan, staged.read)
+        run.log(
+            f"read {sum(records_read.values()):,} records and staged them: "
+            f"{staged.valid:,} rows, {staged.rejected:,} rejected"
+        )
+        # The pass reads and stages together, so both points stand after it: the state a crash leaves
+        # there is the same (staged, not committed), and the lab still kills at each named boundary.
+        fault_point("after_read")
+        fault_point("after_stage")
+        run.check_topics_unchanged()
+        return records_read
+
+    def commit(self, conn: psycopg.Connection, run: Run, written: object):
+        from eosflow.sinks.postgres.commit import commit, commit_replay
+
+        commit_fn = commit_replay if run.plan.kind == "replay" else commit
+        with run.time("commit"):
+            return commit_fn(conn, run.pipeline, run.plan, written)
+
+    def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
+        from eosflow.verify import MART_COLUMNS, run_dbt
+
+        declared = {c.name for c in pipeline.schema.columns}
+        return run_dbt(
+            settings,
+            pipeline.name,
+            self.target_table,
+            business_key=pipeline.schema.business_key,
+            marts=marts and declared >= MART_COLUMNS,
+        )
+
+    def latencies(
+        self, settings: Settings, pipeline: Pipeline, plan: Plan, committed_at: float
+    ) -> tuple[float, ...]:
+        """Read back from the target through its (topic, partition, offset) key."""
+        ranges = plan.nonempty
+        if not ranges:
+            return ()
+        query = sql.SQL(" union all ").join(
+            sql.SQL(
+                "select extract(epoch from kafka_timestamp)::float8 from {} where kafka_topic = {} "
+                "and kafka_partition = {} and kafka_offset >= {} and kafka_offset < {} "
+                "and kafka_timestamp is not null"
+            ).format(
+                sql.Identifier(*self.target_table.split(".")),
+                sql.Literal(r.topic),
+                sql.Literal(r.partition),
+                sql.Literal(r.start),
+                sql.Literal(r.end),
+            )
+            for r in ranges
+        )
+        with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+            return tuple(committed_at - ts for (ts,) in conn.execute(query))
+
+    def compact(self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log):
+        from eosflow.sinks.postgres import partitions
+        from eosflow.sinks.postgres.compact import compact
+
+        if not partitions.is_partitioned(conn, self.target_table):
+            log(
+                f"{pipeline.name}: {self.target_table} is not partitioned (not made yet, not exactly_once, "
+                "or not migrated)"
+            )
+            return None
+        if target_rows is None:
+            return compact(conn, pipeline.name, self.target_table, log=log)
+        return compact(conn, pipeline.name, self.target_table, target_rows, log=log)

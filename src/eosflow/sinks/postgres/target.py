@@ -1,0 +1,167 @@
+"""The warehouse sink's tables: the target made or evolved from the declaration, and the staging tables
+a batch writes before its commit (made, dropped, and swept when a crashed run left them)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+
+import psycopg
+from psycopg import sql
+
+from eosflow.pipelines import Pipeline, PipelineConfigError
+from eosflow.schema import ddl
+
+
+def staging_table(batch_id: str) -> str:
+    """staging.batch_<digest>: one unlogged table per batch, made by the stage step, dropped by the commit.
+
+    A table of its own, without an index: the COPY maintains nothing but the rows, and the commit
+    drops the table instead of deleting a million rows from a shared one (which also left it bloated).
+    """
+    return f"staging.batch_{hashlib.sha256(batch_id.encode()).hexdigest()[:20]}"
+
+
+def create_staging(conn: psycopg.Connection, pipeline: Pipeline, batch_id: str) -> str:
+    """A fresh, empty staging table for the batch (any earlier attempt's table is dropped first)."""
+    name = staging_table(batch_id)
+    table = sql.SQL(name)
+    with conn.transaction():
+        conn.execute(sql.SQL("drop table if exists {}").format(table))
+        conn.execute(
+            sql.SQL("create unlogged table {} (like {} including defaults)").format(
+                table, sql.SQL(pipeline.target_table)
+            )
+        )
+        conn.execute(
+            sql.SQL("comment on table {} is {}").format(
+                table, sql.Literal(f"eosflow staging of batch {batch_id} for {pipeline.target_table}")
+            )
+        )  # sweep_staging reads the batch id back from this comment
+        conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+    return name
+
+
+def drop_ranges(conn: psycopg.Connection, batch_id: str) -> None:
+    """Drop the batch's staged range children (eosflow.sinks.postgres.stage.range_writer) and forget them."""
+    for (child,) in conn.execute(
+        "delete from staging.ranges where batch_id = %s returning child", (batch_id,)
+    ).fetchall():
+        conn.execute(sql.SQL("drop table if exists {}").format(sql.Identifier(*child.split("."))))
+
+
+# A batch's staging outlives it only when its run died before the commit (a kill, a lost machine):
+# a retry with the same run id re-stages anyway, so after this long nobody will commit it.
+STAGING_TTL_HOURS = 24
+
+
+_STAGING_COMMENT = re.compile(r"eosflow staging of batch (.*) for [a-z0-9_]+\.[a-z0-9_]+", re.S)
+
+
+def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda m: None) -> list[str]:
+    """Drop staging left by batches that can no longer commit; returns the batch ids swept.
+
+    A batch's staging goes when its plan is committed (a run killed after its commit), or was made
+    more than STAGING_TTL_HOURS ago and never committed. A table some run still holds is skipped.
+    """
+    tables = conn.execute(
+        "select c.relname, obj_description(c.oid, 'pg_class') from pg_class c "
+        "join pg_namespace n on n.oid = c.relnamespace "
+        "where n.nspname = 'staging' and c.relname like 'batch\\_%%' and c.relkind = 'r'"
+    ).fetchall()
+    staged = {
+        name: found.group(1)
+        for name, comment in tables
+        if (found := _STAGING_COMMENT.fullmatch(comment or ""))
+    }
+    rejected = [r[0] for r in conn.execute("select distinct batch_id from staging.rejected").fetchall()]
+    ranged = [r[0] for r in conn.execute("select distinct batch_id from staging.ranges").fetchall()]
+    batches = sorted(set(staged.values()) | set(rejected) | set(ranged))
+    if not batches:
+        return []
+    stale = {
+        row[0]
+        for row in conn.execute(
+            "select b from unnest(%s::text[]) b left join eosflow.plans p on p.batch_id = b "
+            "where p.batch_id is null or p.status = 'committed' "
+            "or p.created_at < now() - make_interval(hours => %s)",
+            (batches, STAGING_TTL_HOURS),
+        ).fetchall()
+    }
+    swept = []
+    for batch_id in sorted(stale):
+        try:
+            with conn.transaction():
+                conn.execute("set local lock_timeout = '200ms'")
+                for name, owner in staged.items():
+                    if owner == batch_id:
+                        conn.execute(sql.SQL("drop table if exists staging.{}").format(sql.Identifier(name)))
+                conn.execute("delete from staging.rejected where batch_id = %s", (batch_id,))
+                drop_ranges(conn, batch_id)
+        except psycopg.errors.LockNotAvailable:
+            continue  # a run is still using it; the next sweep will see
+        swept.append(batch_id)
+    if swept:
+        log(f"dropped the staging of {len(swept)} batch(es) that can no longer commit: {', '.join(swept)}")
+    return swept
+
+
+def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
+    """The pipeline's output table as declared: made if missing, optional columns added if new.
+
+    Anything else that differs from the declaration is refused (eosflow.schema.ddl), before a
+    record is read.
+    """
+    schema, table = pipeline.target_table.split(".")
+    target = sql.Identifier(schema, table)
+    keyed = pipeline.delivery == "exactly_once"
+    with conn.transaction():
+        # `create ... if not exists` races in the catalog when two runs of a new pipeline start at once.
+        conn.execute(
+            "select pg_advisory_xact_lock(hashtext(%s))", (f"eosflow.ensure_target:{pipeline.target_table}",)
+        )
+        conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
+        conn.execute(ddl.create_table(pipeline.target_table, pipeline.schema, keyed=keyed))
+        try:
+            statements = ddl.additions(
+                pipeline.target_table,
+                pipeline.schema,
+                _existing_columns(conn, pipeline.target_table),
+                pipeline.name,
+            )
+        except ddl.IncompatibleTargetError as exc:
+            raise PipelineConfigError(str(exc)) from None
+        for statement in statements:
+            conn.execute(statement)
+        if not keyed:
+            # The comparison modes write where a plain consumer would: a table without the offsets'
+            # key, so the duplicates at-least-once produces land and can be counted, not refused.
+            conn.execute(
+                sql.SQL(
+                    "create index if not exists {} on {} (kafka_topic, kafka_partition, kafka_offset)"
+                ).format(sql.Identifier(f"{table}_offsets"), target)
+            )
+            _refuse_keyed_target(conn, pipeline)
+
+
+def _existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing]:
+    rows = conn.execute(
+        "select attname, format_type(atttypid, atttypmod), attnotnull from pg_attribute "
+        "where attrelid = %s::regclass and attnum > 0 and not attisdropped order by attnum",
+        (table,),
+    ).fetchall()
+    return [ddl.Existing(name, type_, not_null) for name, type_, not_null in rows]
+
+
+def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
+    (keyed,) = conn.execute(
+        "select exists (select 1 from pg_index where indrelid = %s::regclass and indisunique)",
+        (pipeline.target_table,),
+    ).fetchone()
+    if keyed:
+        raise PipelineConfigError(
+            f"pipeline {pipeline.name!r}: delivery {pipeline.delivery} needs a target without a unique key, "
+            f"but {pipeline.target_table} has one (made for exactly_once). Point the pipeline at a new "
+            "target_table, or use delivery: exactly_once."
+        )

@@ -1,0 +1,158 @@
+"""The sink protocol: what runners, `eosflow verify`, the CLI and the Airflow glue ask of a sink.
+
+A sink is where a pipeline's checked records land. What varies between sinks is where the truth of a
+commit lives: the warehouse sink commits its rows, rejected rows, ranges and positions in one Postgres
+transaction (`truth = "warehouse"`); the Kafka sink commits each range's records and consumed offsets in
+one Kafka transaction, and the ledger mirrors it afterwards (eosflow.ledger.mirror). Everything else a
+runner does (plan, read, check, fence, time, report) is the same for every sink, so a runner calls the
+methods below in this order and never asks which sink it has:
+
+    prepare(conn)              before planning: targets ready, the ledger caught up with the sink
+    written = write(run)       the Spark tasks write each planned range (a sink may commit them here)
+    commit(conn, run, written) the batch's outcome: committed, already committed, or FencedError
+
+A sink is a frozen dataclass holding its own declaration keys, made by `declare` from a pipeline's
+entry in pipelines.yml. Sinks are found by their `sink:` name in the `eosflow.sinks` entry-point group
+(eosflow.sinks.registry), so a package of a user's can add one without editing eosflow.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from eosflow.ledger.positions import Key, PartitionCounts
+    from eosflow.ledger.ranges import Plan
+    from eosflow.pipelines import Pipeline
+    from eosflow.schema.avro import RegistryConfig
+    from eosflow.schema.declaration import RecordSchema
+    from eosflow.settings import Settings
+    from eosflow.transform import TransformResult
+
+Log = Callable[[str], None]
+
+
+class Verdict(Protocol):
+    """What a sink's verification found: printed by the CLI and the DAG, kept in eosflow.checks."""
+
+    pipeline: str
+    returncode: int
+
+    @property
+    def ok(self) -> bool: ...
+
+    def table(self) -> str: ...
+
+    def check_rows(self) -> list[tuple[str, str | None, str, int, str, str | None]]:
+        """(name, invariant, status, failures, offending rows as JSON, message) per check."""
+        ...
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's plan and what a sink's write needs from the runner."""
+
+    settings: Settings
+    pipeline: Pipeline
+    plan: Plan
+    registry: RegistryConfig | None  # the schema registry of an Avro pipeline, else None
+    log: Log
+    # read(phase): start Spark, read the planned ranges and check them; the block is timed as `phase`.
+    read: Callable[[str], AbstractContextManager[TransformResult]]
+    # time(phase): time a step of the sink's own as `phase` in the run's summary.
+    time: Callable[[str], AbstractContextManager[None]]
+    # The topics read are the ones planned (not re-created since): TopicRecreatedError otherwise.
+    check_topics_unchanged: Callable[[], None]
+
+
+class Sink(ABC):
+    """Where a pipeline's records land. Subclasses are frozen dataclasses of their declaration keys."""
+
+    kind: ClassVar[str]  # the `sink:` value in pipelines.yml
+    keys: ClassVar[frozenset[str]]  # the pipeline keys this sink declares (beyond every pipeline's)
+    truth: ClassVar[str]  # where a commit's truth lives: "warehouse", or the system the ledger mirrors
+    task_modules: ClassVar[tuple[str, ...]] = ()  # what its Spark tasks import (a stream warms them up)
+
+    # --- the declaration
+
+    @classmethod
+    @abstractmethod
+    def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> Sink:
+        """The sink from a pipeline's entry (all of it: a sink may refuse a delivery mode or a topic);
+        PipelineConfigError naming `where`, the key and what is expected if it is wrong."""
+
+    @property
+    @abstractmethod
+    def output(self) -> str:
+        """What the pipeline writes, as people name it ("raw.orders", "topic orders.out"); unique among
+        the declared pipelines."""
+
+    @property
+    def table(self) -> str | None:
+        """The warehouse table holding the output, if any: dbt's models, the marts and a round trip
+        are built on it."""
+        return None
+
+    @abstractmethod
+    def output_uri(self, settings: Settings) -> str:
+        """The output as a lineage asset URI (postgres://host:port/db/schema/table, kafka://host/topic)."""
+
+    def describe(self) -> str:
+        """The output in a DAG's Markdown description."""
+        return f"`{self.output}`"
+
+    # --- a run
+
+    @abstractmethod
+    def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
+        """Before planning: the targets exist, and the ledger shows everything the sink committed."""
+
+    @abstractmethod
+    def write(self, conn: psycopg.Connection, run: Run) -> object:
+        """Step 4: each planned range written by the Spark task that reads it. Returns what `commit`
+        needs (counts, per-range outcomes); a sink whose truth is elsewhere may commit ranges here."""
+
+    @abstractmethod
+    def commit(
+        self, conn: psycopg.Connection, run: Run, written: object
+    ) -> tuple[str, Mapping[Key, PartitionCounts]]:
+        """Step 5: the batch's outcome (COMMITTED or ALREADY_COMMITTED) and counts, or FencedError."""
+
+    def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
+        """BackfillError if this sink cannot take a backfill of `mode` (catch-up, replay); checked
+        before anything is planned. Every mode by default."""
+        return None
+
+    # --- after a run
+
+    @abstractmethod
+    def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
+        """The invariants on what the sink holds (and the marts, where there are some and `marts`)."""
+
+    def latencies(
+        self, settings: Settings, pipeline: Pipeline, plan: Plan, committed_at: float
+    ) -> tuple[float, ...]:
+        """Seconds from each committed record's Kafka timestamp to `committed_at`, where the sink can
+        read them back cheaply (a stream's latency figures); none otherwise."""
+        return ()
+
+    def open_transactions(
+        self, settings: Settings, pipeline: Pipeline, abort: bool, log: Log
+    ) -> list[object] | None:
+        """Transactions of this pipeline still open in the sink (after aborting them, if `abort`);
+        None if the sink keeps no transactions open between runs."""
+        return None
+
+    def compact(
+        self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log
+    ) -> object | None:
+        """Merge what many small commits left (`eosflow compact`); None, with a line to `log` saying
+        why, when there is nothing to compact."""
+        log(f"{pipeline.name}: {self.output} has nothing to compact")
+        return None

@@ -1,0 +1,62 @@
+"""Reading topics back to their end with a plain consumer, read_committed by default: what a downstream
+consumer sees. For checks (`eosflow verify` of a Kafka sink, a round trip) and for a publisher's
+position; never for a pipeline's records, which Spark reads in planned ranges (read.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+
+
+def read_to_end(
+    kafka: Mapping[str, str],
+    starts: Iterable[tuple[str, int, int]],
+    ends: Mapping[tuple[str, int], int] | None = None,
+    isolation: str = "read_committed",
+    idle_s: float = 30.0,
+) -> Iterator:
+    """The records of each (topic, partition) from its start offset (-2: the beginning) to the end a
+    reader with `isolation` sees now, or to `ends` (exclusive); stops after `idle_s` without progress."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    ends = ends or {}
+    try:
+        assignment = [TopicPartition(t, p, o) for t, p, o in starts]
+        open_ = {(tp.topic, tp.partition) for tp in assignment}
+        consumer.assign(assignment)
+        idle_since = time.monotonic()
+        while open_ and time.monotonic() - idle_since < idle_s:
+            # A short wait: consume() returns early only once it has num_messages.
+            batch = consumer.consume(5_000, timeout=0.2)
+            if batch:
+                idle_since = time.monotonic()
+            for m in batch:
+                key = (m.topic(), m.partition())
+                if key not in open_:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        open_.discard(key)
+                    continue
+                if key in ends and m.offset() >= ends[key]:
+                    open_.discard(key)
+                    continue
+                yield m
+    finally:
+        consumer.close()
+
+
+def partitions_of(kafka: Mapping[str, str], topic: str) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    found = AdminClient(dict(kafka)).list_topics(topic, timeout=30).topics.get(topic)
+    return sorted(found.partitions) if found is not None and found.error is None else []
