@@ -8,7 +8,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from eosflow.sinks.kafka import produce as kafka_sink
+from eosflow.sinks.kafka import produce
 from eosflow.verify import verify_pipeline
 from tests.kafka_reader import read_all, sources
 
@@ -99,7 +99,7 @@ def test_a_zombie_run_is_fenced_after_another_run_committed(case):
     with pytest.raises(Exception, match="fenced in Kafka"):
         case.ingest("first")
     assert len(read_all(case.settings, case.output_topic)) == 100
-    assert kafka_sink.group_id(case.name) == f"eosflow.{case.name}"
+    assert produce.group_id(case.name) == f"eosflow.{case.name}"
 
 
 def test_a_replay_into_a_kafka_sink_is_refused_before_anything_is_written(case):

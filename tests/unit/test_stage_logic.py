@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from eosflow.settings import load
 from eosflow.sinks.postgres.stage import Staged, _count, _merge, _with_hex_bytes, copy_writer, csv_bytes
-from eosflow.spark import cds as spark_cds
+from eosflow.spark import cds
 from eosflow.spark.session import JVM_OPTIONS, launch_conf
 from eosflow.transform import BatchCheck
 from tests.orders import SCHEMA
@@ -77,7 +77,7 @@ def test_the_driver_jvm_compiles_with_eosflows_jit_choice_and_maps_the_class_arc
     s = load()
     conf = launch_conf(s)
     assert JVM_OPTIONS in conf["spark.driver.extraJavaOptions"]
-    assert f"-XX:SharedArchiveFile={spark_cds.archive(s)}" in conf["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={cds.archive(s)}" in conf["spark.driver.extraJavaOptions"]
     recording = launch_conf(s, class_archive="-XX:ArchiveClassesAtExit=/x.jsa")
     assert "SharedArchiveFile" not in recording["spark.driver.extraJavaOptions"]
     assert "-XX:ArchiveClassesAtExit=/x.jsa" in recording["spark.driver.extraJavaOptions"]

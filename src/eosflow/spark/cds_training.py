@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eosflow import settings as settings_mod
 from eosflow.schema.declaration import parse_schema
-from eosflow.spark import session as spark_session
+from eosflow.spark import session
 from eosflow.spark.cds import QUIET
 from eosflow.transform import BatchCheck, arrow_source
 
@@ -57,7 +57,7 @@ def records(count: int, seed: int = 1) -> list[tuple]:
 
 def training_run(out: Path) -> None:
     recording = f"-XX:ArchiveClassesAtExit={out} {QUIET}"
-    spark = spark_session.get_spark(settings_mod.load(), "eosflow-cds-training", class_archive=recording)
+    spark = session.get_spark(settings_mod.load(), "eosflow-cds-training", class_archive=recording)
     check = BatchCheck(
         pipeline="p",
         batch_id="b",

@@ -7,7 +7,7 @@ import sys
 
 from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.spark import cds as spark_cds
+from eosflow.spark import cds
 
 # A run's JVM lives for one batch, so it pays for its JIT compiler and keeps little of what it bought:
 # the C2 compiler spent 8-10 CPU-seconds of a 500k-record run on two cores compiling code the run
@@ -26,9 +26,7 @@ def launch_conf(
     `class_archive` says otherwise; no file is touched here, so DAG files may call this at import.
     `jit` is eosflow's compiler choice; "" leaves the JVM's own (a Spark job of another shape).
     """
-    conf = {
-        "spark.driver.extraJavaOptions": f"{jit} {class_archive or spark_cds.use_options(settings)}".strip()
-    }
+    conf = {"spark.driver.extraJavaOptions": f"{jit} {class_archive or cds.use_options(settings)}".strip()}
     if jit:
         conf["spark.executor.extraJavaOptions"] = jit
     return conf

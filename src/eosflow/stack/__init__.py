@@ -28,11 +28,11 @@ def services(settings: Settings) -> list[KafkaService | PostgresService | Regist
 
 def fetch(settings: Settings, log=print) -> None:
     """The Maven jars (the broker's, Spark's connector + JDBC driver), then Spark's class archive."""
-    from eosflow.spark import cds as spark_cds
+    from eosflow.spark import cds
 
     for name in jars.CLASSPATHS:
         jars.fetch(settings, name, log=log)
-    spark_cds.record(settings, log=log)
+    cds.record(settings, log=log)
 
 
 def up(settings: Settings, log=print) -> None:
