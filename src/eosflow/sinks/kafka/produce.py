@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -39,8 +39,16 @@ from eosflow.schema.arrow import json_text
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:
-    from eosflow.sinks.kafka.sink import KafkaSink
     from eosflow.transform import BatchCheck
+
+
+class Output(Protocol):
+    """What a range's transaction needs of the sink's declaration (sink.KafkaSink has it)."""
+
+    output_topic: str
+    dead_letter_topic: str
+    key_column: str | None
+    transaction_timeout_ms: int
 
 
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
@@ -135,7 +143,7 @@ class RangeTransaction:
         kafka: Mapping[str, str],
         pipeline: str,
         delivery: str,
-        sink: KafkaSink,
+        sink: Output,
         part: PartitionPlan,
         batch_id: str,
     ) -> None:
