@@ -141,6 +141,18 @@ def _group_alive(pgid: int) -> list[int]:
     return pids
 
 
+def _named(pids: list[int]) -> str:
+    """pid (command line) of each, for a log line that says what did not stop."""
+    named = []
+    for pid in pids:
+        try:
+            command = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            command = "ended"
+        named.append(f"{pid} ({command.strip()[:80]})")
+    return ", ".join(named)
+
+
 def stop_group(proc: subprocess.Popen, timeout: float | None = None, log=print) -> None:
     """SIGTERM Airflow's whole process group, wait until none of it is left, SIGKILL the rest after timeout.
 
@@ -159,7 +171,7 @@ def stop_group(proc: subprocess.Popen, timeout: float | None = None, log=print) 
         time.sleep(0.2)
     else:
         left = _group_alive(pgid)
-        log(f"airflow did not stop in {timeout:g}s: killing {len(left)} process(es) {left}")
+        log(f"airflow did not stop in {timeout:g}s: killing {len(left)} process(es): {_named(left)}")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         # A SIGKILL lands a moment after killpg returns: wait until it has, so nothing of the group
