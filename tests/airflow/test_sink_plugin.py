@@ -34,7 +34,7 @@ def _rows(folder: Path) -> list[dict]:
     rows = []
     for marker in folder.glob("*/*.commit.json"):
         body = json.loads(marker.read_text())
-        rows += [json.loads(line) for line in (folder / body["rows"]).read_text().splitlines() if line]
+        rows += [json.loads(line) for line in (folder / body["rows_file"]).read_text().splitlines() if line]
     return rows
 
 

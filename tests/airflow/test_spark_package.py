@@ -38,13 +38,13 @@ def test_a_package_after_a_source_edit_is_a_new_archive_and_the_earlier_one_stay
     settings, tmp_path
 ):
     source = tmp_path / "src" / "eosflow"
-    (source / "ingest").mkdir(parents=True)
+    (source / "runners").mkdir(parents=True)
     (source / "__init__.py").write_text("")
-    (source / "ingest" / "job.py").write_text("VERSION = 1\n")
+    (source / "runners" / "job.py").write_text("VERSION = 1\n")
     state = dataclasses.replace(settings, state_dir=tmp_path / "state")
 
     first = submit.package(state, source=source)
-    (source / "ingest" / "job.py").write_text("VERSION = 2\n")
+    (source / "runners" / "job.py").write_text("VERSION = 2\n")
     second = submit.package(state, source=source)
 
     # A Spark task submitted with the first archive keeps reading version 1; the next gets version 2.

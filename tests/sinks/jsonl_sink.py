@@ -105,11 +105,11 @@ class JsonLinesSink(Sink):
         }
         rows, wrong_place = [], 0
         for m in markers:
-            for line in _lines(Path(self.folder) / m["rows"]):
+            for line in _lines(Path(self.folder) / m["rows_file"]):
                 row = json.loads(line)
                 rows.append((row["kafka_topic"], row["kafka_partition"], row["kafka_offset"]))
                 wrong_place += not m["start"] <= row["kafka_offset"] < m["end"]
-        counted = {k: len(_lines(Path(self.folder) / m["rows"])) for k, m in _by_range(markers).items()}
+        counted = {k: len(_lines(Path(self.folder) / m["rows_file"])) for k, m in _by_range(markers).items()}
         files_agree = all(counted[k] == counts[1] for k, counts in in_markers.items())
         return JsonLinesVerdict(
             pipeline.name,
@@ -224,8 +224,11 @@ def commit_range(
     if position != expected:
         return _fenced(r, expected, {"end": position, "batch": None})
     stem = f"{r.start:020d}-{r.end:020d}.{uuid.uuid4().hex[:8]}"
-    files = {"rows": f"{directory.name}/{stem}.jsonl", "rejected": f"{directory.name}/{stem}.rejected.jsonl"}
-    for kind, lines in (("rows", good), ("rejected", bad)):
+    files = {
+        "rows_file": f"{directory.name}/{stem}.jsonl",
+        "rejected_file": f"{directory.name}/{stem}.rejected.jsonl",
+    }
+    for kind, lines in (("rows_file", good), ("rejected_file", bad)):
         (Path(folder) / files[kind]).write_text("".join(line + "\n" for line in lines))
     body = {
         "batch": batch_id,
