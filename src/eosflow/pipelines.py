@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import yaml
 
+from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
@@ -19,10 +19,8 @@ from eosflow.sinks.protocol import Sink
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
 DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
-_TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
 # eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
 _RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ def _sink_class(spec: dict, where: str) -> type[Sink]:
 
 
 def _parse(name: str, spec: object, where: str) -> Pipeline:
-    if not _NAME.match(str(name)):
+    if not names.NAME.match(str(name)):
         raise PipelineConfigError(
             f"{where}: names are lower-case letters, digits and _ , starting with a letter"
         )

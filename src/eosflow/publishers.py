@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from eosflow import names
 from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
 from eosflow.settings import Settings
-
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
-_COLUMN = re.compile(r"^[a-z_][a-z0-9_]*$")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,7 @@ def load_publisher(settings: Settings, name: str, path: Path | None = None) -> P
 
 
 def _parse(name: str, spec: object, where: str) -> Publisher:
-    if not _NAME.match(name):
+    if not names.NAME.match(name):
         raise PipelineConfigError(
             f"{where}: names are lower-case letters, digits and _ , starting with a letter"
         )
@@ -74,13 +69,15 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
-    if not isinstance(table, str) or not _TABLE.match(table):
+    if not isinstance(table, str) or not names.TABLE.match(table):
         raise PipelineConfigError(f"{where}: table {table!r} must be schema.table in lower case")
-    if not isinstance(topic, str) or not _TOPIC.match(topic):
+    if not isinstance(topic, str) or not names.TOPIC.match(topic):
         raise PipelineConfigError(f"{where}: topic {topic!r} must be a Kafka topic name")
     for key in ("id", "key"):
         value = spec.get(key)
-        if (key == "id" or value is not None) and (not isinstance(value, str) or not _COLUMN.match(value)):
+        if (key == "id" or value is not None) and (
+            not isinstance(value, str) or not names.COLUMN.match(value)
+        ):
             raise PipelineConfigError(
                 f"{where}: {key} {value!r} must be a column name"
                 + (

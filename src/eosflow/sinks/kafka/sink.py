@@ -8,21 +8,19 @@ and the next run first mirrors whatever a crash left unmirrored. `eosflow verify
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg
 
+from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.pipelines import Pipeline
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Run, Sink, Verdict
-
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ class KafkaSink(Sink):
             if key not in spec and key == "dead_letter_topic":
                 continue
             topic = spec.get(key)
-            if not isinstance(topic, str) or not _TOPIC.match(topic):
+            if not isinstance(topic, str) or not names.TOPIC.match(topic):
                 raise PipelineConfigError(
                     f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
                     + (" (sink: kafka needs one)" if topic is None else "")

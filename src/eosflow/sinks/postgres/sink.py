@@ -7,7 +7,6 @@ invariants on the table (eosflow.verify).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,6 +14,7 @@ from typing import Any, ClassVar
 import psycopg
 from psycopg import sql
 
+from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
@@ -23,7 +23,6 @@ from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Run, Sink, Verdict
 
-_TABLE = re.compile(r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")
 # eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
 _RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
 
@@ -40,7 +39,7 @@ class PostgresSink(Sink):
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> PostgresSink:
         table = str(spec.get("target_table", ""))
-        if not _TABLE.match(table):
+        if not names.TABLE.match(table):
             raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
         namespace = table.split(".")[0]
         if namespace in _RESERVED_SCHEMAS or namespace.startswith("pg_"):
