@@ -168,3 +168,40 @@ def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_c
     assert case.violations() == []
     again = _partition(case)
     assert again.returncode == 0 and "partitioned already" in again.stderr
+
+
+def test_two_targets_sharing_their_first_24_characters_both_commit_and_compact(case):
+    """Two pipelines on one topic whose tables differ only after 24 characters (a re-ingest into a _v2
+    table, as DESIGN advises after a declaration change) once named their children alike."""
+    import yaml
+
+    from eosflow.runners import job
+
+    base = f"raw.{case.name}_enriched_by_customer"[:40]
+    first, second = base, f"{base}_v2"
+    assert first.split(".")[1][:24] == second.split(".")[1][:24]
+    spec = {k: v for k, v in case.spec.items() if k != "target_table"}
+    case.config_path.write_text(
+        yaml.safe_dump(
+            {
+                "pipelines": {
+                    f"{case.name}_a": spec | {"target_table": first},
+                    f"{case.name}_b": spec | {"target_table": second},
+                }
+            }
+        )
+    )
+    expected = []
+    for seed in (771, 772):  # two runs: two children per partition, for compaction to merge
+        expected += [r.event_id for r in case.produce(100, seed=seed, partitions=2).visible()]
+        for name in (f"{case.name}_a", f"{case.name}_b"):
+            summary = job.run(case.settings, name, log=lambda m: None)
+            assert summary.outcome == positions.COMMITTED, name
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        for name, table in ((f"{case.name}_a", first), (f"{case.name}_b", second)):
+            assert len(partitions.children(conn, table)) == 4
+            compact(conn, name, table)  # each target's merged children under names of its own
+            assert len(partitions.children(conn, table)) == 2  # one per partition
+            assert sorted(str(r[0]) for r in conn.execute(f"select event_id from {table}")) == sorted(
+                expected
+            )

@@ -53,6 +53,12 @@ def test_a_partition_bound_as_postgres_prints_it_reads_back():
     assert _child("raw.x", "FOR VALUES FROM ('t', 0, 5) TO ('t', 0, 9)", None).rows is None
 
 
+def test_targets_sharing_their_first_characters_name_their_children_apart():
+    first, second = "raw.orders_enriched_by_customer", "raw.orders_enriched_by_customer_v2"
+    assert committed_name(first, "orders", 0, 0) != committed_name(second, "orders", 0, 0)
+    assert committed_name("raw." + "x" * 63, "t", 0, 0) != committed_name("raw." + "x" * 62 + "y", "t", 0, 0)
+
+
 def test_names_fit_postgres_identifiers_and_differ_per_range():
     long = "raw." + "x" * 60
     name = committed_name(long, "topic", 99999, 2**63 - 1)

@@ -33,10 +33,15 @@ def staged_child(batch_id: str, topic: str, partition: int) -> str:
 
 
 def committed_name(target: str, topic: str, partition: int, start: int) -> str:
-    """The name a child takes in the target's schema when attached: readable, unique per range start."""
+    """The name a child takes in the target's schema when attached: readable, unique per range start.
+
+    The digest covers the whole target name: two targets of one schema whose names share their first
+    20 characters (orders_enriched_by_customer and ..._v2) must not name a child alike. Names are made,
+    never looked up (children are found through pg_inherits), so older children keep their names.
+    """
     schema, table = target.split(".")
-    digest = hashlib.sha256(f"{topic}\x00{partition}".encode()).hexdigest()[:8]
-    return f"{schema}.{table[:24]}_{digest}_{partition}_{start}"
+    digest = hashlib.sha256(f"{target}\x00{topic}\x00{partition}".encode()).hexdigest()[:12]
+    return f"{schema}.{table[:20]}_{digest}_{partition}_{start}"
 
 
 def _ident(qualified: str) -> sql.Identifier:
