@@ -20,6 +20,11 @@ class Publisher:
     batch_rows: int = 1_000  # a Kafka transaction closes after this many rows...
     batch_seconds: float = 5.0  # ...or when no more committed rows are there; polls this often when idle
     delivery: str = "exactly_once"  # at_least_once: the lab's comparison (position in Postgres, after)
+    dead_letter_topic: str = ""  # rows JSON cannot carry, with the reason; "" means <topic>.rejected
+
+    @property
+    def rejected_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.topic}.rejected"
 
     @property
     def shard(self) -> int:
@@ -65,7 +70,7 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         )
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
-    known = {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery"}
+    known = {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery", "dead_letter_topic"}
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
@@ -73,6 +78,11 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         raise PipelineConfigError(f"{where}: table {table!r} must be schema.table in lower case")
     if not isinstance(topic, str) or not names.TOPIC.match(topic):
         raise PipelineConfigError(f"{where}: topic {topic!r} must be a Kafka topic name")
+    dead_letter = spec.get("dead_letter_topic", f"{topic}.rejected")
+    if not isinstance(dead_letter, str) or not names.TOPIC.match(dead_letter) or dead_letter == topic:
+        raise PipelineConfigError(
+            f"{where}: dead_letter_topic {dead_letter!r} must be a Kafka topic name other than topic"
+        )
     for key in ("id", "key"):
         value = spec.get(key)
         if (key == "id" or value is not None) and (
@@ -96,4 +106,6 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         raise PipelineConfigError(
             f"{where}: delivery {delivery!r} unknown; exactly_once, or at_least_once (for comparison only)"
         )
-    return Publisher(name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery)
+    return Publisher(
+        name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery, dead_letter
+    )

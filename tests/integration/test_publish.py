@@ -135,3 +135,110 @@ def test_the_at_least_once_comparison_publishes_a_batch_twice_when_killed_before
     published = outbox.published_ids()
     assert set(published) == set(outbox.ids())  # nothing lost...
     assert sorted(n for n in published.values() if n > 1) == [2] * 50  # ...and the first batch twice
+
+
+def _outbox_table(case, columns: str, rows_sql: list[str], **declared) -> Outbox:
+    """An outbox of the given columns (the publisher's id: `id`), filled by `rows_sql`, declared."""
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        conn.execute("create schema if not exists outbox")
+        conn.execute(f"create table outbox.{case.name}_x ({columns})")
+        for statement in rows_sql:
+            conn.execute(statement.format(t=f"outbox.{case.name}_x"))
+    return Outbox(case, table=f"outbox.{case.name}_x", **declared)
+
+
+def _headers(message) -> dict[str, bytes]:
+    return dict(message.headers() or [])
+
+
+def test_a_nan_row_goes_to_the_dead_letter_topic_with_its_reason_and_the_rest_is_published(case):
+    """Once a NaN stopped every publish (a json ValueError) and the position never moved."""
+    outbox = _outbox_table(
+        case,
+        "id bigint primary key, aggregate text not null, x double precision, n numeric",
+        [
+            "insert into {t} values (1, 'a', 1.5, 1), (2, 'a', 'NaN', 2), (3, 'a', 2.5, 'NaN')",
+            "insert into {t} values (4, 'a', 3.5, 4)",
+            "insert into {t} values (5, 'b', '-Infinity', 5), (6, 'b', 6.5, 6)",
+        ],
+        batch_rows=2,
+    )
+    first = outbox.publish()
+    assert (first.rows, first.rejected) == (6, 3)
+    published = read_all(outbox.settings, outbox.topic)
+    assert sorted(json.loads(m.value())["id"] for m in published) == [1, 4, 6]
+    dead = read_all(outbox.settings, outbox.publisher.rejected_topic)
+    reasons = {int(_headers(m)["eosflow-row-id"]): _headers(m)["eosflow-error"].decode() for m in dead}
+    assert sorted(reasons) == [2, 3, 5]
+    assert "column 'x' holds nan" in reasons[2] and "column 'n' holds NaN" in reasons[3]
+    assert {_headers(m)["eosflow-table"] for m in dead} == {outbox.publisher.table.encode()}
+    assert json.loads(dead[0].value())["aggregate"] in ("a", "b")  # the row itself, NaN as text
+    assert outbox.publish().rows == 0  # the position moved past all of them
+
+
+def test_postgres_types_json_has_no_literal_for_are_published_in_their_natural_form(case):
+    outbox = _outbox_table(
+        case,
+        "id bigint primary key, aggregate text not null, d date, ts timestamptz, i interval, "
+        "a inet, r int4range, e int4range",
+        [
+            "insert into {t} values (1, 'a', 'infinity', '-infinity', '1 mon 2 days 03:04:05.5', "
+            "'10.0.0.1/24', '[1,5)', 'empty')",
+            "insert into {t} values (2, 'a', '2026-01-02', '2026-01-02 03:04:05+00', '-90 seconds', "
+            "'::1', '(,7]', null)",
+        ],
+    )
+    assert outbox.publish().rows == 2
+    body = {
+        json.loads(m.value())["id"]: json.loads(m.value()) for m in read_all(outbox.settings, outbox.topic)
+    }
+    assert (body[1]["d"], body[1]["ts"]) == ("infinity", "-infinity")
+    assert body[1]["i"] == "P1M2DT3H4M5.5S" and body[2]["i"] == "PT-1M-30S"
+    assert body[1]["a"] == "10.0.0.1/24" and body[2]["a"] == "::1"
+    assert body[1]["r"] == {"lower": 1, "upper": 5, "bounds": "[)"} and body[1]["e"] == {"empty": True}
+    assert body[2]["r"] == {"lower": None, "upper": 8, "bounds": "()"} and body[2]["e"] is None
+
+
+def test_a_row_larger_than_a_kafka_message_is_a_dead_letter_naming_it(case):
+    outbox = _outbox_table(
+        case,
+        "id bigint primary key, aggregate text not null, body text",
+        ["insert into {t} values (1, 'a', 'small'), (2, 'a', repeat('x', 1100000)), (3, 'a', 'small')"],
+    )
+    summary = outbox.publish()
+    assert (summary.rows, summary.rejected) == (3, 1)
+    assert sorted(json.loads(m.value())["id"] for m in read_all(outbox.settings, outbox.topic)) == [1, 3]
+    (dead,) = read_all(outbox.settings, outbox.publisher.rejected_topic)
+    assert dead.value() is None and _headers(dead)["eosflow-row-id"] == b"2"
+    assert b"above message.max.bytes" in _headers(dead)["eosflow-error"]
+
+
+@pytest.mark.parametrize(
+    ("columns", "missing"),
+    [
+        ("id bigint unique, aggregate text not null", "NOT NULL"),
+        ("id bigint not null, aggregate text not null", "unique"),
+    ],
+)
+def test_an_id_that_can_be_null_or_repeat_is_refused_before_anything_is_published(case, columns, missing):
+    """Once a NULL id was committed as the position "null" and every later run failed on it."""
+    from eosflow.pipelines import PipelineConfigError
+
+    outbox = _outbox_table(case, columns, ["insert into {t} values (1, 'a'), (2, 'a')"])
+    with pytest.raises(PipelineConfigError, match=f"is not {missing}.*Nothing was published"):
+        outbox.publish(settle=False)
+    assert read_all(outbox.settings, outbox.topic) == []
+
+
+def test_bytea_ids_move_the_position_without_skipping_or_repeating_a_row(case):
+    """The position once held a bytea id escaped twice: the next batch started from the wrong row."""
+    outbox = _outbox_table(
+        case,
+        "id bytea primary key, aggregate text not null",
+        ["insert into {t} select decode(lpad(to_hex(g), 4, '0'), 'hex'), 'a' from generate_series(1, 7) g"],
+        batch_rows=2,
+    )
+    assert outbox.publish().rows == 7
+    ids = [_headers(m)["eosflow-row-id"] for m in read_all(outbox.settings, outbox.topic)]
+    assert sorted(ids) == sorted({*ids}) and len(ids) == 7
+    assert outbox.publish().rows == 0

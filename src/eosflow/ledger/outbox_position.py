@@ -24,7 +24,8 @@ def key(publisher: Publisher) -> bytes:
 
 
 def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> None:
-    """The offsets topic (compacted, one partition) and the output topic (the cluster's defaults)."""
+    """The offsets topic (compacted, one partition), the output and dead-letter topics (the cluster's
+    defaults)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from eosflow.kafka_admin import create_topics
@@ -34,8 +35,9 @@ def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> 
     wanted = []
     if publisher.offsets_topic not in existing:
         wanted.append(NewTopic(publisher.offsets_topic, 1, -1, config={"cleanup.policy": "compact"}))
-    if publisher.topic not in existing:
-        wanted.append(NewTopic(publisher.topic, -1, -1))  # -1: num.partitions, default.replication.factor
+    for topic in (publisher.topic, publisher.rejected_topic):
+        if topic not in existing:
+            wanted.append(NewTopic(topic, -1, -1))  # -1: num.partitions, default.replication.factor
     if wanted:
         create_topics(client, wanted, log)
 

@@ -29,7 +29,11 @@ from eosflow.sources.outbox import Position
 
 Log = Callable[[str], None]
 ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
+# A dead letter's coordinates and reason (the error header is the one the Kafka sink's dead letters carry).
+TABLE_HEADER, ERROR_HEADER = "eosflow-table", "eosflow-error"
 _TIMEOUT_S = 60.0
+_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes unless the Kafka settings say otherwise
+_RECORD_OVERHEAD = 512  # a record's framing beyond its key, value and headers, generously
 
 
 class PublisherFencedError(RuntimeError):
@@ -43,14 +47,16 @@ class PublishSummary:
     position: Position | None = None
     transactions: int = 0
     rows: int = 0
+    rejected: int = 0  # of `rows`: sent to the dead-letter topic, with the reason
     seconds: float = 0.0
     batches: list[int] = field(default_factory=list)
 
     def line(self) -> str:
         where = f"{self.position.xid}/{self.position.id}" if self.position else "nothing published yet"
         rate = f", {self.rows / self.seconds:,.0f} rows/s" if self.seconds and self.rows else ""
+        rejected = f" ({self.rejected:,} rejected: see the dead-letter topic)" if self.rejected else ""
         return (
-            f"publisher {self.publisher}: {self.rows:,} rows in {self.transactions:,} transactions "
+            f"publisher {self.publisher}: {self.rows:,} rows{rejected} in {self.transactions:,} transactions "
             f"({self.seconds:.1f} s{rate}); position {where}"
         )
 
@@ -74,12 +80,14 @@ def publish(
     summary = PublishSummary(publisher.name)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         id_type = outbox.prepare(conn, publisher, log)
+        outbox.configure_reads(conn)
         position.ensure_topics(settings.kafka, publisher, log)
         exactly_once = publisher.delivery == "exactly_once"
         config = {**settings.kafka, "enable.idempotence": True, "acks": "all", "linger.ms": 20}
         if exactly_once:
             config["transactional.id"] = transactional_id(publisher)
         producer = Producer(config)
+        max_bytes = int(config.get("message.max.bytes", _MAX_BYTES))
         if exactly_once:
             producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
             current = position.read(settings.kafka, publisher)  # only after the fencing
@@ -102,9 +110,16 @@ def publish(
                     time.sleep(publisher.batch_seconds)
                     continue
                 if exactly_once:
-                    current = _one_transaction(producer, publisher, rows)
+                    current, rejected = _one_transaction(producer, publisher, rows, max_bytes)
                 else:
-                    current = _produce_then_store(conn, producer, publisher, rows)
+                    current, rejected = _produce_then_store(conn, producer, publisher, rows, max_bytes)
+                if rejected:
+                    log(
+                        f"publisher {publisher.name}: {rejected} row(s) JSON cannot carry went to "
+                        f"{publisher.rejected_topic} with the reason (header {ERROR_HEADER}); the rest to "
+                        f"{publisher.topic}"
+                    )
+                summary.rejected += rejected
                 summary.transactions += 1
                 summary.rows += len(rows)
                 summary.position = current
@@ -128,20 +143,24 @@ def publish(
     return summary
 
 
-def _one_transaction(producer, publisher: Publisher, rows: list[dict]) -> Position:
+def _one_transaction(
+    producer, publisher: Publisher, rows: list[dict], max_bytes: int
+) -> tuple[Position, int]:
     producer.begin_transaction()
-    _produce_rows(producer, publisher, rows)
+    rejected = _produce_rows(producer, publisher, rows, max_bytes)
     last = outbox.position_of(rows[-1], publisher)
     _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
     fault_point("publish_in_transaction")  # records and position produced, the transaction open
     producer.commit_transaction(_TIMEOUT_S)
-    return last
+    return last, rejected
 
 
-def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) -> Position:
+def _produce_then_store(
+    conn, producer, publisher: Publisher, rows: list[dict], max_bytes: int
+) -> tuple[Position, int]:
     """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
-    _produce_rows(producer, publisher, rows)
+    rejected = _produce_rows(producer, publisher, rows, max_bytes)
     remaining = producer.flush(_TIMEOUT_S)
     if remaining:
         raise TimeoutError(
@@ -150,13 +169,32 @@ def _produce_then_store(conn, producer, publisher: Publisher, rows: list[dict]) 
     fault_point("publish_in_transaction")  # the records delivered, the position not stored
     last = outbox.position_of(rows[-1], publisher)
     position.store(conn, publisher, last)
-    return last
+    return last, rejected
 
 
-def _produce_rows(producer, publisher: Publisher, rows: list[dict]) -> None:
+def _produce_rows(producer, publisher: Publisher, rows: list[dict], max_bytes: int) -> int:
+    """Each row to the topic, or, if it cannot be published, to the dead-letter topic with the reason
+    (in the same transaction); returns how many were rejected."""
+    rejected = 0
     for row in rows:
-        key, value = outbox.row_key(row, publisher), outbox.row_value(row)
-        _produce(producer, publisher.topic, key, value, _headers(row, publisher))
+        key, headers = outbox.row_key(row, publisher), _headers(row, publisher)
+        try:
+            value = outbox.row_value(row)
+        except outbox.Unpublishable as exc:
+            value, reason = outbox.rejected_value(row), str(exc)
+        else:
+            size = len(value) + len(key or b"") + sum(len(k) + len(v) for k, v in headers)
+            if size <= max_bytes - _RECORD_OVERHEAD:
+                _produce(producer, publisher.topic, key, value, headers)
+                continue
+            value, reason = (
+                None,
+                f"the row is {size:,} bytes as JSON, above message.max.bytes ({max_bytes:,})",
+            )
+        headers = [*headers, (TABLE_HEADER, publisher.table.encode()), (ERROR_HEADER, reason.encode())]
+        _produce(producer, publisher.rejected_topic, key, value, headers)
+        rejected += 1
+    return rejected
 
 
 def _headers(row: dict, publisher: Publisher) -> list[tuple[str, bytes]]:

@@ -5,20 +5,32 @@ Sequence and identity values are taken when a row is inserted, not when it commi
 only covers finished work: every row carries the id of the transaction that inserted it
 (`eosflow_xid xid8 default pg_current_xact_id()`), and a read takes only rows whose transaction id is
 below the xmin of its own snapshot: every transaction below xmin has finished, so no row can appear
-later behind the position. Rows are read in (eosflow_xid, id) order; the position is the last pair.
+later behind the position. Rows are read in (eosflow_xid, id) order; the position is the last pair,
+so the id column must be NOT NULL and unique (checked before anything is published).
+
+A row becomes one JSON object. Values JSON has a form for are written in it: instants and dates in ISO
+8601 (and Postgres's own `infinity`, `-infinity`), intervals in ISO 8601 (P1M2DT3H), network addresses
+and UUIDs as text, ranges as {"lower", "upper", "bounds"}, numerics exact. A NaN or an infinite number
+has none: the row is Unpublishable, and the publisher sends it to its dead-letter topic with the reason.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time
+from decimal import Decimal
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
+from psycopg.types.range import Range
+from psycopg.types.string import TextLoader
 
 from eosflow.pipelines import PipelineConfigError
 from eosflow.publishers import Publisher
@@ -67,6 +79,7 @@ def prepare(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str],
                 f"publisher {publisher.name!r}: {what} column {column!r} is not a column of "
                 f"{publisher.table} ({', '.join(sorted(columns))})"
             )
+    _refuse_an_id_that_can_repeat(conn, publisher)
     if XID_COLUMN not in columns:
         statements = [
             sql.SQL("alter table {} add column {} xid8 not null default pg_current_xact_id()").format(
@@ -97,6 +110,31 @@ def prepare(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str],
     elif columns[XID_COLUMN] != "xid8":
         raise PipelineConfigError(f"{publisher.table}.{XID_COLUMN} is {columns[XID_COLUMN]}, not xid8")
     return columns[publisher.id_column]
+
+
+def _refuse_an_id_that_can_repeat(conn: psycopg.Connection, publisher: Publisher) -> None:
+    """The position is (transaction id, id): a NULL id cannot be compared, and two rows of one id in one
+    transaction would leave the second behind. Refused before anything is published."""
+    not_null, unique = conn.execute(
+        "select a.attnotnull, exists (select 1 from pg_index i where i.indrelid = a.attrelid "
+        "and i.indisunique and i.indnkeyatts = 1 and i.indkey[0] = a.attnum and i.indpred is null) "
+        "from pg_attribute a where a.attrelid = to_regclass(%s) and a.attname = %s",
+        (publisher.table, publisher.id_column),
+    ).fetchone()
+    if not_null and unique:
+        return
+    table, column = sql.Identifier(*publisher.table.split(".")), sql.Identifier(publisher.id_column)
+    fixes = (
+        [] if not_null else [sql.SQL("alter table {} alter column {} set not null").format(table, column)]
+    ) + ([] if unique else [sql.SQL("create unique index on {} ({})").format(table, column)])
+    missing = " and ".join(w for w, ok in (("NOT NULL", not_null), ("unique", unique)) if not ok)
+    statements = "; ".join(f.as_string(conn) for f in fixes)
+    raise PipelineConfigError(
+        f"publisher {publisher.name!r}: id column {publisher.id_column!r} of {publisher.table} is not "
+        f"{missing}: a publisher's position is (transaction id, id), and a NULL or repeated id would skip "
+        f"rows or stop it. Nothing was published. Make it so ({statements}), "
+        "or declare a column that is (a primary key is)"
+    )
 
 
 def committed_after(
@@ -132,9 +170,23 @@ def position_of(row: dict, publisher: Publisher) -> Position:
     return Position(int(row[XID_COLUMN]), _text(row[publisher.id_column]))
 
 
+class Unpublishable(ValueError):
+    """A row holds a value JSON cannot carry; the message says which column and why."""
+
+
 def row_value(row: dict) -> bytes:
-    """A row as one JSON object, without the position column: instants in ISO 8601, numerics exact."""
+    """A row as one JSON object, without the position column; Unpublishable for a NaN or infinity."""
+    for column, value in row.items():
+        if _not_a_json_number(value):
+            raise Unpublishable(f"column {column!r} holds {value}, which JSON has no number for")
     return json_text({k: _plain(v) for k, v in row.items() if k != XID_COLUMN}).encode()
+
+
+def rejected_value(row: dict) -> bytes:
+    """An unpublishable row as JSON all the same, its NaN and infinities as text, for the dead letter."""
+    return json_text(
+        {k: str(v) if _not_a_json_number(v) else _plain(v) for k, v in row.items() if k != XID_COLUMN}
+    ).encode()
 
 
 def row_key(row: dict, publisher: Publisher) -> bytes | None:
@@ -143,8 +195,16 @@ def row_key(row: dict, publisher: Publisher) -> bytes | None:
     return _text(row[publisher.key_column]).encode()
 
 
+def _not_a_json_number(value: object) -> bool:
+    return (isinstance(value, float) and not math.isfinite(value)) or (
+        isinstance(value, Decimal) and not value.is_finite()
+    )
+
+
 def _text(value: object) -> str:
-    return value if isinstance(value, str) else json_text(_plain(value)).strip('"')
+    """A value as the text Postgres reads back as the same value (the position's id, a key)."""
+    plain = _plain(value)
+    return plain if isinstance(plain, str) else json_text(plain)
 
 
 def _plain(value: object) -> object:
@@ -154,6 +214,51 @@ def _plain(value: object) -> object:
         return str(value)
     if isinstance(value, bytes | memoryview):
         return "\\x" + bytes(value).hex()
+    if isinstance(
+        value,
+        ipaddress.IPv4Address
+        | ipaddress.IPv6Address
+        | ipaddress.IPv4Interface
+        | ipaddress.IPv6Interface
+        | ipaddress.IPv4Network
+        | ipaddress.IPv6Network,
+    ):
+        return str(value)
+    if isinstance(value, Range):
+        if value.isempty:
+            return {"empty": True}
+        return {"lower": _plain(value.lower), "upper": _plain(value.upper), "bounds": value.bounds}
     if type(value) is list:
         return [_plain(v) for v in value]
     return value
+
+
+class _Infinite:
+    """Loaders that read Postgres's `infinity` and `-infinity` as that text instead of failing the read."""
+
+    def load(self, data):
+        if bytes(data) in (b"infinity", b"-infinity"):
+            return bytes(data).decode()
+        return super().load(data)
+
+
+class _InfiniteDate(_Infinite, DateLoader):
+    pass
+
+
+class _InfiniteTimestamp(_Infinite, TimestampLoader):
+    pass
+
+
+class _InfiniteTimestamptz(_Infinite, TimestamptzLoader):
+    pass
+
+
+def configure_reads(conn: psycopg.Connection) -> None:
+    """On this connection: dates and timestamps at +-infinity load as that text (a row of them publishes),
+    and intervals as Postgres's own ISO 8601 text (P1M2DT3H: exact, where a timedelta has no months)."""
+    conn.execute("set intervalstyle = 'iso_8601'")
+    conn.adapters.register_loader("interval", TextLoader)
+    conn.adapters.register_loader("date", _InfiniteDate)
+    conn.adapters.register_loader("timestamp", _InfiniteTimestamp)
+    conn.adapters.register_loader("timestamptz", _InfiniteTimestamptz)
