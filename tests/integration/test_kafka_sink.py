@@ -173,3 +173,47 @@ def test_a_transaction_timeout_above_the_brokers_limit_is_refused_before_plannin
     assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == [(0,)]
     done = case.ingest_process()
     assert done.returncode == 2 and "transaction.max.timeout.ms" in done.stderr, done.stderr[-2000:]
+
+
+def _forget_the_group(case) -> None:
+    """What Kafka's offset retention does to an idle partition, or an operator's cleanup: no offsets."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": case.settings.bootstrap_servers})
+    for future in admin.delete_consumer_groups([produce.group_id(case.name)], request_timeout=30).values():
+        future.result()
+
+
+def test_a_group_that_forgot_its_offsets_is_restored_from_the_ledger_and_nothing_repeats(case):
+    """Once every run after the group lost its offsets was FENCED, claiming another run committed: forever."""
+    case.as_kafka_sink()
+    first = case.produce(200, seed=31, partitions=2)
+    assert case.ingest().outcome == "committed"
+    _forget_the_group(case)
+    more = case.produce(100, seed=32, partitions=2)
+    lines: list[str] = []
+    from eosflow.runners import job
+
+    assert job.run(case.settings, case.name, log=lines.append).outcome == "committed"
+    assert sum("had forgotten its offset" in line for line in lines) == 2  # one per partition
+    out = read_all(case.settings, case.output_topic)
+    assert len(out) == len(first.visible()) + len(more.visible()) and set(sources(out).values()) == {1}
+    assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_a_forgotten_offset_behind_records_the_ledger_never_saw_is_refused(case):
+    """A range committed in Kafka, its run killed before the ledger's mirror, then the offsets lost: the
+    ledger's position is behind the output, and restoring it would produce that range twice."""
+    from eosflow.ledger.mirror import LedgerBehindError
+
+    case.as_kafka_sink()
+    case.produce(100, seed=33, partitions=1)
+    assert case.ingest().outcome == "committed"
+    case.produce(50, seed=34, partitions=1)
+    killed = case.ingest_process(EOSFLOW_CRASH_AT="in_commit")  # committed in Kafka, not mirrored
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    _forget_the_group(case)
+    before = len(read_all(case.settings, case.output_topic))
+    with pytest.raises(LedgerBehindError, match=r"already holds 50 record\(s\) from that partition"):
+        case.ingest()
+    assert len(read_all(case.settings, case.output_topic)) == before == 150

@@ -90,11 +90,13 @@ class KafkaSink(Sink):
         return f"Kafka topic `{self.output_topic}`"
 
     def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
-        """The output topics checked (or made), and the ledger caught up with what Kafka committed."""
-        from eosflow.sinks.kafka import ledger_mirror, topics
+        """The output topics checked (or made), the ledger caught up with what Kafka committed, and an
+        offset the group forgot restored from the ledger (forgotten.py)."""
+        from eosflow.sinks.kafka import forgotten, ledger_mirror, topics
 
         topics.prepare(settings.kafka, pipeline, log)
         ledger_mirror.reconcile(conn, settings.kafka, pipeline, log)
+        forgotten.restore(conn, settings.kafka, pipeline, log)
 
     def write(self, conn: psycopg.Connection, run: Run) -> dict:
         """Each Spark task reads its range, checks it, and produces it with its offsets in one Kafka
