@@ -229,9 +229,7 @@ def test_a_declaration_change_that_would_break_committed_rows_is_refused_before_
     done = case.ingest_process()
 
     assert done.returncode == 2, done.stderr
-    assert reason in done.stderr and "a new table and re-ingest" in done.stderr.replace(
-        "point target_table at ", ""
-    )
+    assert reason in done.stderr and "re-ingest into a new table: declare a new pipeline" in done.stderr
     assert case.ledger() == before
 
 
@@ -305,3 +303,42 @@ def test_a_python_transform_that_cannot_be_imported_is_refused_before_anything_i
     assert done.returncode == 2, done.stderr[-2000:]
     assert "cannot import 'no_such_package.module'" in done.stderr.strip().splitlines()[-1]
     assert case.ledger() == []
+
+
+def test_a_pipeline_pointed_at_another_table_after_it_committed_is_refused_before_planning(case):
+    """Once accepted silently: the new table lacked every committed row, and verify failed I4 on them."""
+    case.produce(60, seed=881, partitions=2)
+    assert case.ingest().outcome == "committed"
+    before = case.ledger()
+    old = case.table
+    case.write_config(target_table=f"{old}_v2")
+    done = case.ingest_process()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"committed into {old}, and its declaration now writes {old}_v2" in done.stderr
+    assert "declare a new pipeline" in done.stderr
+    assert case.ledger() == before
+    case.write_config(target_table=old)  # restored: runs on
+    assert case.ingest_process().returncode == 0
+
+
+def test_a_pipeline_that_no_longer_lists_a_topic_it_committed_from_is_refused(case):
+    other = f"{case.topic}_eu"
+    case.write_config(topics=[case.topic, other])
+    case.produce(30, seed=882, partitions=1)
+    from eosflow.kafka_admin import ensure_topic
+
+    ensure_topic(case.settings.bootstrap_servers, other, 1, log=lambda m: None)  # empty: a first range
+    assert case.ingest().outcome == "committed"
+    case.write_config(topics=[case.topic])
+    done = case.ingest_process()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"committed records of topic(s) ['{other}']" in done.stderr
+
+
+def test_an_output_changed_before_anything_committed_is_simply_the_output(case):
+    case.produce(20, seed=883, partitions=1)
+    killed = case.ingest_process(EOSFLOW_CRASH_AT="after_plan")  # recorded its output, committed nothing
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    case.write_config(target_table=f"{case.table}_fixed")
+    assert case.ingest().outcome == "committed"
+    assert case.query(f"select count(*) from {case.table}") == [(20,)]

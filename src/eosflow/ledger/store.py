@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from eosflow.errors import PipelineConfigError
 from eosflow.ledger.ranges import PartitionPlan, Plan
 from eosflow.pipelines import Pipeline
 
@@ -55,6 +56,45 @@ def has_committed(conn: psycopg.Connection, pipeline: str) -> bool:
         "select 1 from eosflow.positions where pipeline = %s and next_offset is not null limit 1", (pipeline,)
     ).fetchone()
     return row is not None
+
+
+def refuse_a_moved_pipeline(conn: psycopg.Connection, pipeline: Pipeline) -> None:
+    """A pipeline that committed keeps its output and its topics (its ranges describe rows there): another
+    output, or a topic it holds positions in no longer declared, is refused before planning."""
+    output = pipeline.sink.output
+    conn.execute(
+        "insert into eosflow.pipeline_outputs (pipeline, output) values (%s, %s) on conflict do nothing",
+        (pipeline.name, output),
+    )
+    (recorded,) = conn.execute(
+        "select output from eosflow.pipeline_outputs where pipeline = %s", (pipeline.name,)
+    ).fetchone()
+    committed = has_committed(conn, pipeline.name)
+    if recorded != output and committed:
+        raise PipelineConfigError(
+            f"pipeline {pipeline.name!r} committed into {recorded}, and its declaration now writes {output}: "
+            f"its ledger's ranges describe rows in {recorded}, so continuing would leave the new output "
+            "without them. Nothing was planned. Restore the declaration, or declare a new pipeline (a new "
+            "name) for the new output: it reads the topics from their start (or its initial_offset)"
+        )
+    if recorded != output:  # changed before anything committed: the new one is the output
+        conn.execute(
+            "update eosflow.pipeline_outputs set output = %s, recorded_at = now() where pipeline = %s",
+            (output, pipeline.name),
+        )
+    held = {
+        t
+        for (t,) in conn.execute(
+            "select distinct topic from eosflow.positions where pipeline = %s and next_offset is not null",
+            (pipeline.name,),
+        )
+    }
+    if dropped := sorted(held - set(pipeline.topics)):
+        raise PipelineConfigError(
+            f"pipeline {pipeline.name!r} committed records of topic(s) {dropped}, which its declaration no "
+            f"longer lists ({list(pipeline.topics)}). Nothing was planned. A pipeline's topics can be added "
+            "to, not taken away: restore them, or declare a new pipeline for the topics it should read now"
+        )
 
 
 def load_plan(conn: psycopg.Connection, batch_id: str) -> tuple[Plan, str] | None:

@@ -83,6 +83,7 @@ def prepare(
         user_transform.load(pipeline.schema.transform)  # not found: the plan task says so, not Spark
     migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        store.refuse_a_moved_pipeline(conn, pipeline)
         pipeline.sink.prepare(conn, settings, pipeline, log)
         version = store.declaration_version(conn, pipeline)
         batch_id = batch_id_for(pipeline.name, run_id)
@@ -106,6 +107,7 @@ def execute(
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         version = store.declaration_version(conn, pipeline)
         _refuse_another_declaration(conn, pipeline, batch_id, version)  # before the target changes
+        store.refuse_a_moved_pipeline(conn, pipeline)
         pipeline.sink.prepare(conn, settings, pipeline, log)
         with timer("plan"):
             plan, status = make_plan(conn, version)

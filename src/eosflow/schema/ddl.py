@@ -117,7 +117,8 @@ def additions(
         raise IncompatibleTargetError(
             f"pipeline {pipeline!r}: the declaration does not fit {table}, which holds committed rows: "
             + "; ".join(problems)
-            + ". Only adding optional columns migrates a target in place. Restore the declaration, or point "
-            "target_table at a new table and re-ingest into it (a new pipeline, or a replay backfill)."
+            + ". Only adding optional columns migrates a target in place. Restore the declaration, or "
+            "re-ingest into a new table: declare a new pipeline (a new name and target_table), which reads "
+            "the topics from their start."
         )
     return adds
