@@ -242,3 +242,16 @@ def test_bytea_ids_move_the_position_without_skipping_or_repeating_a_row(case):
     ids = [_headers(m)["eosflow-row-id"] for m in read_all(outbox.settings, outbox.topic)]
     assert sorted(ids) == sorted({*ids}) and len(ids) == 7
     assert outbox.publish().rows == 0
+
+
+def test_a_read_back_that_stops_short_of_the_end_fails_instead_of_deciding(case):
+    """A publisher's position read gave up quietly after 30 s without progress; the publisher then took
+    "no position" for a first run and published the whole outbox again. A partition that never reaches its
+    end (here: one the topic does not have) now fails the read, after the records it did read."""
+    from eosflow.kafka_admin import ensure_topic
+    from eosflow.sources.kafka.read_back import ReadBackIncompleteError, read_to_end
+
+    topic = f"readback.{case.name}"
+    ensure_topic(case.settings.bootstrap_servers, topic, 1, log=lambda m: None)
+    with pytest.raises(ReadBackIncompleteError, match=rf"{topic}\[3\] back stopped short of the end"):
+        list(read_to_end(case.settings.kafka, [(topic, 0, -2), (topic, 3, -2)], idle_s=2))

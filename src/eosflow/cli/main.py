@@ -118,6 +118,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from eosflow.pipelines import PipelineConfigError
     from eosflow.publishers import load_publisher
     from eosflow.runners.publisher import PublisherFencedError, publish
+    from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
     settings = settings_mod.load()
     try:
@@ -143,6 +144,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     except PublisherFencedError as exc:
         _log(f"error: {exc}")
         return 3
+    except ReadBackIncompleteError as exc:  # its position could not be read whole: nothing was published
+        _log(f"error: {exc}")
+        return 1
     except KeyboardInterrupt:
         _log("interrupted: the batch in flight was not committed and will be published by the next run")
         return 130

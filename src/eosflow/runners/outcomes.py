@@ -23,6 +23,7 @@ from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailable
 from eosflow.schema.user_transform import TransformContractError
 from eosflow.sources.kafka.offsets import TopicMissingError
 from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
+from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
 EXIT = {
     FencedError: 3,
@@ -42,6 +43,7 @@ EXIT = {
     TransformContractError: 2,
     RegistryAuthenticationError: 2,
     KafkaUnavailableError: 1,
+    ReadBackIncompleteError: 1,
     RegistryUnavailableError: 1,
 }
 OUTCOME = {

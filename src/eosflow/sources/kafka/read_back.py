@@ -8,6 +8,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 
 
+class ReadBackIncompleteError(TimeoutError):
+    """A partition did not reach its end (Kafka stopped answering): nothing may be decided from the part
+    read."""
+
+
 def read_to_end(
     kafka: Mapping[str, str],
     starts: Iterable[tuple[str, int, int]],
@@ -16,7 +21,9 @@ def read_to_end(
     idle_s: float = 30.0,
 ) -> Iterator:
     """The records of each (topic, partition) from its start offset (-2: the beginning) to the end a
-    reader with `isolation` sees now, or to `ends` (exclusive); stops after `idle_s` without progress."""
+    reader with `isolation` sees now, or to `ends` (exclusive). ReadBackIncompleteError, after the records
+    read, if a partition is still short of its end after `idle_s` without progress: a position, a check or
+    a count taken from part of a partition would be wrong, so the caller fails rather than decide."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -37,20 +44,26 @@ def read_to_end(
         while open_ and time.monotonic() - idle_since < idle_s:
             # A short wait: consume() returns early only once it has num_messages.
             batch = consumer.consume(5_000, timeout=0.2)
-            if batch:
-                idle_since = time.monotonic()
             for m in batch:
                 key = (m.topic(), m.partition())
                 if key not in open_:
                     continue
-                if m.error():
+                if m.error():  # only an end-of-partition is progress; other errors repeat while they last
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         open_.discard(key)
+                        idle_since = time.monotonic()
                     continue
+                idle_since = time.monotonic()
                 if key in ends and m.offset() >= ends[key]:
                     open_.discard(key)
                     continue
                 yield m
+        if open_:
+            raise ReadBackIncompleteError(
+                f"reading {', '.join(f'{t}[{p}]' for t, p in sorted(open_))} back stopped short of the end: "
+                f"no record and no end-of-partition for {idle_s:g} s (a broker paused, or the partition's "
+                "leader is unavailable). Nothing was decided from the part read; retry when Kafka answers"
+            )
     finally:
         consumer.close()
 
