@@ -255,3 +255,22 @@ def test_a_read_back_that_stops_short_of_the_end_fails_instead_of_deciding(case)
     ensure_topic(case.settings.bootstrap_servers, topic, 1, log=lambda m: None)
     with pytest.raises(ReadBackIncompleteError, match=rf"{topic}\[3\] back stopped short of the end"):
         list(read_to_end(case.settings.kafka, [(topic, 0, -2), (topic, 3, -2)], idle_s=2))
+
+
+def test_a_position_ahead_of_a_restored_warehouse_is_refused_not_silently_idle(case):
+    """A warehouse restored from a backup rewinds its transaction counter: the publisher sent nothing and
+    exited 0 until new transaction ids passed its position, skipping every row inserted in between."""
+    outbox = Outbox(case, delivery="at_least_once")  # its position is in Postgres: simple to wind on
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 3)
+    assert outbox.publish().rows == 3
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        conn.execute(
+            "update eosflow.publish_positions set xid = xid + 1000000000 where publisher = %s", (case.name,)
+        )
+        outbox.insert(conn, 2)  # inserted "after the restore": below the position
+    done = outbox.cli()
+    _, err = done.communicate(timeout=120)
+    assert done.returncode == 2, err[-2000:]
+    assert "is ahead of this warehouse" in err and "delete its row of eosflow.publish_positions" in err
+    assert sum(outbox.published_ids().values()) == 3

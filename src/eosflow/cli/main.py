@@ -117,7 +117,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     from eosflow.pipelines import PipelineConfigError
     from eosflow.publishers import load_publisher
-    from eosflow.runners.publisher import PublisherFencedError, publish
+    from eosflow.runners.publisher import PositionAheadError, PublisherFencedError, publish
     from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
     settings = settings_mod.load()
@@ -144,6 +144,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
     except PublisherFencedError as exc:
         _log(f"error: {exc}")
         return 3
+    except PositionAheadError as exc:  # a restored warehouse: an operator decides, nothing was published
+        _log(f"error: {exc}")
+        return 2
     except ReadBackIncompleteError as exc:  # its position could not be read whole: nothing was published
         _log(f"error: {exc}")
         return 1

@@ -40,6 +40,32 @@ class PublisherFencedError(RuntimeError):
     """A newer publisher of the same name took over: this one stopped, its open batch aborted."""
 
 
+class PositionAheadError(RuntimeError):
+    """The publisher's position names a transaction this warehouse has not reached: nothing was published."""
+
+
+def _refuse_a_position_from_the_future(conn, publisher: Publisher, current: Position | None) -> None:
+    """A warehouse restored from a backup rewinds its transaction counter: rows inserted after the restore
+    get ids below the stored position and would be passed over, silently, until the counter caught up."""
+    if current is None:
+        return
+    (next_xid,) = conn.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
+    if current.xid < next_xid:
+        return
+    reset = (
+        f"delete the topic {publisher.offsets_topic}"
+        if publisher.delivery == "exactly_once"
+        else f"delete its row of eosflow.publish_positions (publisher = '{publisher.name}')"
+    )
+    raise PositionAheadError(
+        f"publisher {publisher.name}: its position (transaction {current.xid}, id {current.id}) is ahead of "
+        f"this warehouse, whose next transaction id is {next_xid}: the warehouse was restored from a backup "
+        "(or this is another database). Nothing was published: rows inserted since would have been passed "
+        f"over. To start again from the outbox's first row, {reset}; consumers then see again the rows "
+        "published before the restore"
+    )
+
+
 @dataclass
 class PublishSummary:
     publisher: str
@@ -94,6 +120,7 @@ def publish(
         else:
             migrate(settings.warehouse_dsn, log=log)
             current = position.read_stored(conn, publisher)
+        _refuse_a_position_from_the_future(conn, publisher, current)
         summary.started_at = current
         log(
             f"publisher {publisher.name}: from {current.xid}/{current.id}"
