@@ -217,3 +217,35 @@ def test_a_forgotten_offset_behind_records_the_ledger_never_saw_is_refused(case)
     with pytest.raises(LedgerBehindError, match=r"already holds 50 record\(s\) from that partition"):
         case.ingest()
     assert len(read_all(case.settings, case.output_topic)) == before == 150
+
+
+def test_records_above_message_max_bytes_become_dead_letters_instead_of_failing_every_retry(case):
+    """A dead letter larger than the producer's message.max.bytes failed the task, run after run."""
+    case.as_kafka_sink(max_value_bytes=3_000_000)
+    case.write_config(
+        columns=[{"name": "id", "type": "text"}, {"name": "body", "type": "text"}], business_key=None
+    )
+    case.create_topic(1, {"max.message.bytes": "3000000"})
+    big = "x" * 1_500_000
+    producer = Producer(
+        {"bootstrap.servers": case.settings.bootstrap_servers, "message.max.bytes": 3_000_000}
+    )
+    for value in (
+        b'{"id": "small", "body": "s"}',
+        json.dumps({"id": "huge", "body": big}).encode(),
+        big.encode(),
+    ):
+        producer.produce(case.topic, value=value, partition=0)
+    producer.flush(30)
+    assert case.ingest().outcome == "committed"
+    out = read_all(case.settings, case.output_topic)
+    dead = read_all(case.settings, f"{case.output_topic}.rejected")
+    assert [json.loads(m.value())["id"] for m in out] == ["small"]
+    reasons = {
+        int(dict(m.headers())["eosflow-source-offset"]): dict(m.headers())["eosflow-error"] for m in dead
+    }
+    assert sorted(reasons) == [1, 2] and all(m.value() is None for m in dead)
+    assert reasons[1].startswith(b"output the record is") and b"above message.max.bytes" in reasons[1]
+    assert b"not JSON" in reasons[2] or b"invalid" in reasons[2]
+    assert b"its value stays in the source" in reasons[2]
+    assert verify_pipeline(case.settings, case.name).ok

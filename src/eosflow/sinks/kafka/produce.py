@@ -57,6 +57,8 @@ SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
     "eosflow-source-offset",
 )
 ERROR_HEADER = "eosflow-error"
+_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes unless the Kafka settings say otherwise
+_RECORD_OVERHEAD = 512  # a record's framing and headers beyond its key and value, generously
 _TIMEOUT_S = 60.0
 OUTCOME_SCHEMA = (
     "kafka_topic string, kafka_partition int, outcome string, n long, written long, rejected long, "
@@ -159,6 +161,7 @@ class RangeTransaction:
                 "transaction.timeout.ms": sink.transaction_timeout_ms,
             }
         self.producer = Producer(producer_config)
+        self.max_bytes = int(producer_config.get("message.max.bytes", _MAX_BYTES))
         self.consumer = Consumer(
             {
                 **kafka,
@@ -191,18 +194,30 @@ class RangeTransaction:
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, offset: int, error: str | None = None
-    ) -> None:
+    ) -> bool:
+        """One record into the transaction. A record above message.max.bytes would fail the task on every
+        retry: an output record becomes a dead letter saying so, a dead letter loses its value (its source
+        coordinates still name it). Returns whether it went to `topic` as asked."""
         headers = [
             (SOURCE_TOPIC, self.source[0]),
             (SOURCE_PARTITION, self.source[1]),
             (SOURCE_OFFSET, str(offset).encode()),
         ]
+        as_asked = True
+        size = len(value or b"") + len(key or b"")
+        if size > self.max_bytes - _RECORD_OVERHEAD:
+            too_large = f"the record is {size:,} bytes, above message.max.bytes ({self.max_bytes:,})"
+            if error is None:
+                topic, error, as_asked = self.sink.dead_letter_topic, f"output {too_large}", False
+            else:
+                error = f"{error}; {too_large}: its value stays in the source, at its coordinates"
+            value = None
         if error is not None:
             headers.append((ERROR_HEADER, error.encode()))
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=_raise_failed)
-                break
+                return as_asked
             except BufferError:  # the local queue is full: let deliveries drain, then retry
                 self.producer.poll(0.1)
 
@@ -340,8 +355,7 @@ def range_producer(
                 for i, (error, typed) in enumerate(results):
                     if error is None:
                         k = keys[i] if key_index is None else output_key(typed[key_index])
-                        txn.produce(sink.output_topic, k, encode(typed), offsets[i])
-                        written += 1
+                        written += txn.produce(sink.output_topic, k, encode(typed), offsets[i])
                     else:
                         txn.produce(sink.dead_letter_topic, keys[i], values[i], offsets[i], error)
                 txn.count(offsets, written, len(offsets) - written)
