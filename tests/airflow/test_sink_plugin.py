@@ -91,3 +91,34 @@ def test_a_plugin_sink_runs_through_the_ingest_dag(case, jsonl, airflow_db):
     assert sorted(r["event_id"] for r in _rows(jsonl)) == sorted(e.event_id for e in manifest.visible())
     verdicts = case.query("select status from eosflow.checks where pipeline = %s", case.name)
     assert verdicts and {s for (s,) in verdicts} == {"pass"}  # the DAG's verify task asked the sink
+
+
+def test_a_stream_goes_on_when_reading_its_latencies_back_fails(case, jsonl):
+    """The latency read after a commit sat outside the stream's error handling: a Postgres blip there
+    ended the stream. The plugin's second sink fails exactly that read, every time."""
+    import subprocess
+    import sys
+
+    case.write_config(sink="jsonl_flaky_latency")
+    manifest = case.produce(40, seed=615, partitions=1)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eosflow.cli",
+            "stream",
+            "--pipeline",
+            case.name,
+            "--trigger",
+            "300ms",
+            "--max-batches",
+            "3",
+        ],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "its latencies could not be read back" in done.stderr + done.stdout
+    assert sorted(r["event_id"] for r in _rows(jsonl)) == sorted(e.event_id for e in manifest.visible())

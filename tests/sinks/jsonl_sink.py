@@ -272,3 +272,13 @@ def _by_range(markers: list[dict]) -> dict[tuple, dict]:
 
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line]
+
+
+@dataclass(frozen=True)
+class JsonLinesFlakyLatencySink(JsonLinesSink):
+    """The same sink, whose latency read-back fails as a Postgres blip would (a stream must go on)."""
+
+    kind: ClassVar[str] = "jsonl_flaky_latency"
+
+    def latencies(self, settings, pipeline, plan: Plan, committed_at: float) -> tuple[float, ...]:
+        raise psycopg.OperationalError("server closed the connection unexpectedly (a stand-in blip)")

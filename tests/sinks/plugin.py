@@ -17,7 +17,10 @@ def install(site: Path) -> Path:
     info = site / f"{MODULE}-0.1.dist-info"
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: eosflow-jsonl-sink\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[eosflow.sinks]\njsonl = {MODULE}:JsonLinesSink\n")
+    (info / "entry_points.txt").write_text(
+        f"[eosflow.sinks]\njsonl = {MODULE}:JsonLinesSink\n"
+        f"jsonl_flaky_latency = {MODULE}:JsonLinesFlakyLatencySink\n"
+    )
     return site
 
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import psycopg
+
 from eosflow import pipelines
 from eosflow.ledger import positions
 from eosflow.ledger.ranges import Plan
@@ -109,13 +111,21 @@ def stream(
                 continue
             backoff, failures = 1.0, 0
             done = time.monotonic()
+            try:
+                latencies = _latencies(settings, pipeline, summary, time.time())
+            except psycopg.Error as exc:  # a figure, read after the commit: never worth the stream
+                latencies = ()
+                log(
+                    f"batch {n} committed; its latencies could not be read back, left out of the figures: "
+                    f"{type(exc).__name__}: {_first_line(exc)}"
+                )
             figures = BatchFigures(
                 summary.batch_id,
                 summary.outcome,
                 summary.records_read,
                 done - last_end,
                 _lag(summary.plan),
-                _latencies(settings, pipeline, summary, time.time()),
+                latencies,
             )
             last_end = done
             status.add(figures)
