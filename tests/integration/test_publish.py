@@ -274,3 +274,26 @@ def test_a_position_ahead_of_a_restored_warehouse_is_refused_not_silently_idle(c
     assert done.returncode == 2, err[-2000:]
     assert "is ahead of this warehouse" in err and "delete its row of eosflow.publish_positions" in err
     assert sum(outbox.published_ids().values()) == 3
+
+
+def test_a_publisher_held_back_by_an_open_transaction_says_which_one(case):
+    """A publisher waits, by design, for every older transaction of the cluster: a session left idle in a
+    transaction stalled it without a word."""
+    from eosflow.runners.publisher import publish
+
+    outbox = Outbox(case)
+    assert outbox.publish(settle=False).rows == 0  # adds the position column
+    blocker = psycopg.connect(outbox.settings.warehouse_dsn)
+    blocker.execute("select pg_current_xact_id()")  # open, with a transaction id: the forgotten session
+    try:
+        with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+            outbox.insert(conn, 3)
+        lines: list[str] = []
+        assert publish(outbox.settings, outbox.publisher, log=lines.append).rows == 0
+        (said,) = [line for line in lines if "wait for older transactions" in line]
+        assert "3 committed row(s)" in said and f"pid {blocker.info.backend_pid} " in said
+        assert "idle in transaction" in said
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert outbox.publish().rows == 3

@@ -127,11 +127,13 @@ def publish(
             if current
             else f"publisher {publisher.name}: first run, from the outbox's first committed row"
         )
+        waiting = _Waiting(every_s=60.0 if follow else 0.0)
         try:
             while not should_stop():
                 fault_point("publish_before_batch")
                 rows = outbox.committed_after(conn, publisher, id_type, current, publisher.batch_rows)
                 if not rows:
+                    waiting.check(conn, publisher, current, log)
                     if not follow or (max_seconds is not None and time.monotonic() - started >= max_seconds):
                         break
                     time.sleep(publisher.batch_seconds)
@@ -238,3 +240,27 @@ def _produce(producer, topic: str, key, value, headers) -> None:
             return
         except BufferError:
             producer.poll(0.1)
+
+
+class _Waiting:
+    """Says, at most every `every_s`, which open transactions hold committed rows back: a publisher
+    waits, by design, for every older transaction of the whole cluster, and a forgotten one (a prepared
+    transaction, a session idle in a transaction) would otherwise stall it without a word."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s, self.said = every_s, -float("inf")
+
+    def check(self, conn, publisher: Publisher, current: Position | None, log: Log) -> None:
+        if time.monotonic() - self.said < self.every_s:
+            return
+        held = outbox.held_back(conn, publisher, current)
+        if not held:
+            return
+        self.said = time.monotonic()
+        blockers = outbox.blocking_transactions(conn)
+        log(
+            f"publisher {publisher.name}: {held:,} committed row(s) wait for older transactions to finish "
+            f"(a row is published once every transaction older than it has ended): "
+            + ("; ".join(blockers) or "none is open now (the next read takes them)")
+            + ". End or commit a forgotten one (pg_terminate_backend(pid), COMMIT/ROLLBACK PREPARED 'gid')"
+        )

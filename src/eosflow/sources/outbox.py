@@ -166,6 +166,38 @@ def committed_after(
         return cur.execute(statement, params).fetchall()
 
 
+def held_back(conn: psycopg.Connection, publisher: Publisher, after: Position | None) -> int:
+    """Committed rows after `after` that a read cannot take yet: an older transaction is still open."""
+    schema, table = publisher.table.split(".")
+    query = sql.SQL(
+        "select count(*) from {table} t where t.{xid} >= pg_snapshot_xmin(pg_current_snapshot()) {after}"
+    ).format(
+        table=sql.Identifier(schema, table),
+        xid=sql.Identifier(XID_COLUMN),
+        after=sql.SQL("and t.{} > %s::xid8").format(sql.Identifier(XID_COLUMN)) if after else sql.SQL(""),
+    )
+    return conn.execute(query, (str(after.xid),) if after else ()).fetchone()[0]
+
+
+def blocking_transactions(conn: psycopg.Connection, shown: int = 5) -> list[str]:
+    """The oldest transactions open in the cluster (sessions, then prepared ones), as one line each."""
+    sessions = conn.execute(
+        "select pid, datname, state, extract(epoch from now() - xact_start)::bigint, usename "
+        "from pg_stat_activity where backend_xid is not null and pid <> pg_backend_pid() "
+        "order by xact_start limit %s",
+        (shown,),
+    ).fetchall()
+    prepared = conn.execute(
+        "select gid, database, extract(epoch from now() - prepared)::bigint from pg_prepared_xacts "
+        "order by prepared limit %s",
+        (shown,),
+    ).fetchall()
+    return [
+        f"pid {pid} (database {db}, user {user}, {state}, open {age}s)"
+        for pid, db, state, age, user in sessions
+    ] + [f"prepared transaction {gid!r} (database {db}, prepared {age}s ago)" for gid, db, age in prepared]
+
+
 def position_of(row: dict, publisher: Publisher) -> Position:
     return Position(int(row[XID_COLUMN]), _text(row[publisher.id_column]))
 
