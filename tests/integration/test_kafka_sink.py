@@ -249,3 +249,40 @@ def test_records_above_message_max_bytes_become_dead_letters_instead_of_failing_
     assert b"not JSON" in reasons[2] or b"invalid" in reasons[2]
     assert b"its value stays in the source" in reasons[2]
     assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_a_range_slower_than_its_transaction_timeout_stops_the_run_saying_so(case, tmp_path):
+    """A range that took longer than transaction_timeout_ms was aborted by the broker, reported FENCED
+    (no other run existed) and re-planned identically forever. The broker's abort is only noticed at its
+    next check for timed-out transactions (every 10 s by default), hence the long pause."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    case.as_kafka_sink(transaction_timeout_ms=1000)
+    manifest = case.produce(50, seed=35, partitions=1)
+    env = case.env(EOSFLOW_PAUSE_AT="in_kafka_transaction", EOSFLOW_FAULT_DIR=str(tmp_path))
+
+    def resume_later() -> None:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "in_kafka_transaction.paused").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(15)  # well past the 1 s timeout and the broker's 10 s check
+        (tmp_path / "in_kafka_transaction.resume").write_text("go")
+
+    threading.Thread(target=resume_later, daemon=True).start()
+    slow = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert slow.returncode == 2, slow.stderr[-3000:]
+    assert "TIMED OUT" in slow.stderr and "above transaction_timeout_ms (1000)" in slow.stderr
+    assert "Lower max_records_per_partition, or raise transaction_timeout_ms" in slow.stderr
+    assert read_all(case.settings, case.output_topic) == []
+    case.write_config(transaction_timeout_ms=60_000)
+    assert case.ingest().outcome == "committed"
+    assert len(read_all(case.settings, case.output_topic)) == len(manifest.visible())

@@ -30,6 +30,11 @@ from eosflow.ledger.ranges import PartitionPlan, Plan
 
 Key = tuple[str, int]
 FENCED = "fenced"
+TIMED_OUT = "timed out"  # the sink aborted the range's commit for its age: nothing of it is visible
+
+
+class CommitTimedOutError(RuntimeError):
+    """A range took longer to commit than the sink allows; it was aborted, nothing of it is visible."""
 
 
 class LedgerBehindError(RuntimeError):
@@ -75,7 +80,7 @@ def mirror(
     mirrored is left as it is, so a retry (or the next run's reconcile) may mirror it again safely.
     `where` names the sink's truth in messages (e.g. "Kafka (consumer group eosflow.orders)").
     """
-    done = {key: o for key, o in outcomes.items() if o.outcome != FENCED}
+    done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
     counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
     with conn.transaction():
         locked = lock_positions(conn, plan)
@@ -99,6 +104,13 @@ def mirror(
             f"was planned ({'; '.join(fenced)}). Nothing of them was written (their transactions were never "
             "committed); the partitions listed are left to the run that holds them. Start a new run (new run "
             "id) to continue from the committed offsets."
+        )
+    timed_out = [o.detail for o in outcomes.values() if o.outcome == TIMED_OUT]
+    if timed_out:
+        raise CommitTimedOutError(
+            f"batch {plan.batch_id}: {'; '.join(timed_out)}, so {where} aborted it: nothing of it is "
+            "visible, and the same range would take as long again. Lower max_records_per_partition, or raise "
+            "transaction_timeout_ms (within the brokers' transaction.max.timeout.ms), then run again"
         )
     return outcome, counts
 

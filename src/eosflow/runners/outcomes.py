@@ -12,6 +12,7 @@ from __future__ import annotations
 from eosflow.errors import PipelineConfigError
 from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
 from eosflow.ledger.backfill import BackfillError
+from eosflow.ledger.mirror import CommitTimedOutError, LedgerBehindError
 from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.ledger.positions import (
     FencedError,
@@ -37,6 +38,8 @@ EXIT = {
     TopicRecreatedError: 2,
     UnreadableRecordError: 2,
     BackfillError: 2,
+    CommitTimedOutError: 2,
+    LedgerBehindError: 2,
     PipelineConfigError: 2,
     TopicMissingError: 2,
     KafkaAuthenticationError: 2,
@@ -51,6 +54,7 @@ OUTCOME = {
     DataLossError: "data loss",
     ReadDataLossError: "data loss",
     BackfillError: "refused",
+    CommitTimedOutError: "timed out",
     TopicRecreatedError: "refused",
     ReplayCountError: "refused",
 }

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
-from eosflow.ledger.mirror import FENCED, RangeOutcome
+from eosflow.ledger.mirror import FENCED, TIMED_OUT, RangeOutcome
 from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
 from eosflow.pipelines import Pipeline
@@ -171,6 +171,7 @@ class RangeTransaction:
             }
         )
         self.read = self.written = self.rejected = 0
+        self.began = time.monotonic()
         self.lo: int | None = None
         self.hi: int | None = None
         self.source = part.range.topic.encode(), str(part.range.partition).encode()
@@ -190,6 +191,7 @@ class RangeTransaction:
             self.read, self.written, self.rejected = (meta.get(k, 0) for k in ("read", "written", "rejected"))
         if outcome is None and self.transactional:
             self.producer.begin_transaction()
+            self.began = time.monotonic()
         return outcome, why
 
     def produce(
@@ -249,23 +251,35 @@ class RangeTransaction:
                 commit_metadata(self.batch_id, self.read, self.written, self.rejected),
             )
         ]
-        remaining = self.producer.flush(_TIMEOUT_S)
-        if remaining:
-            raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
-        fault_point("in_kafka_transaction")  # records in the log, transaction open
         if self.transactional:
             try:
+                remaining = self.producer.flush(_TIMEOUT_S)
+                if remaining:
+                    raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
+                fault_point("in_kafka_transaction")  # records in the log, transaction open
                 self.producer.send_offsets_to_transaction(
                     offsets, self.consumer.consumer_group_metadata(), _TIMEOUT_S
                 )
                 self.producer.commit_transaction(_TIMEOUT_S)
             except KafkaException as exc:
+                took = time.monotonic() - self.began
+                if took * 1000 >= self.sink.transaction_timeout_ms:
+                    # The coordinator aborted it for its age (and bumped the epoch): not another run.
+                    return self.outcome(
+                        TIMED_OUT,
+                        f"{r}: {took:.0f} s inside its transaction, above transaction_timeout_ms "
+                        f"({self.sink.transaction_timeout_ms})",
+                    )
                 if exc.args[0].code() not in _FENCED_CODES:
                     raise
                 # A newer holder of the id initialised it: this attempt is a zombie, and the broker
                 # aborted (or will abort) everything it produced.
                 return self.outcome(FENCED, f"{r}: fenced by a newer holder of its transactional id")
         else:
+            remaining = self.producer.flush(_TIMEOUT_S)
+            if remaining:
+                raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
+            fault_point("in_kafka_transaction")  # records delivered, offsets not committed
             self.consumer.commit(offsets=offsets, asynchronous=False)
         return self.outcome(COMMITTED)
 
