@@ -76,8 +76,8 @@ def test_an_installed_eosflow_finds_all_of_it_without_the_checkout(wheel, tmp_pa
     probe = """
 import json
 from eosflow import settings, verify
-from eosflow.ingest import submit
-from eosflow.warehouse import migrate
+from eosflow.spark import submit
+from eosflow.ledger import migrate
 import eosflow_airflow.dags, eosflow_airflow.hooks
 print(json.dumps({
     "eosflow": __import__("eosflow").__file__,
