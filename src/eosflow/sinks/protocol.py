@@ -29,13 +29,30 @@ if TYPE_CHECKING:
 
     from eosflow.ledger.positions import Key, PartitionCounts
     from eosflow.ledger.ranges import Plan
-    from eosflow.pipelines import Pipeline
     from eosflow.schema.avro import RegistryConfig
     from eosflow.schema.declaration import RecordSchema
     from eosflow.settings import Settings
     from eosflow.transform import TransformResult
 
 Log = Callable[[str], None]
+
+
+class Pipeline(Protocol):
+    """What a sink reads of a pipeline (eosflow.pipelines.Pipeline is one): named here, not imported, so
+    the declaration's parser can look sinks up without a circle back to it."""
+
+    name: str
+    topics: tuple[str, ...]
+    schema: RecordSchema
+    delivery: str
+    max_value_bytes: int
+    transform_version: str
+
+    @property
+    def sink(self) -> Sink: ...
+
+    @property
+    def target_table(self) -> str: ...
 
 
 class Verdict(Protocol):
