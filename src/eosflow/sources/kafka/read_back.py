@@ -33,6 +33,8 @@ def read_to_end(
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # A start below the log start (retention deleted it) reads from there, not from the end.
+            "auto.offset.reset": "earliest",
         }
     )
     ends = ends or {}
