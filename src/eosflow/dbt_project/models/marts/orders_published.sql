@@ -5,6 +5,7 @@
     Incremental and append-only, because a publisher publishes what a table *inserts*: each row carries
     the id of the transaction that inserted it (`eosflow_xid`, the publisher's position). A rebuilt
     table (`dbt build --full-refresh`) gives every row a new id, and the publisher sends them all again.
+    The publisher refuses an id column that is not NOT NULL and unique: the post-hooks make it both.
 -#}
 {{
     config(
@@ -12,6 +13,7 @@
         incremental_strategy='append',
         on_schema_change='fail',
         post_hook=[
+            "{{ set_not_null(this, 'event_id') }}",
             "create unique index if not exists {{ this.identifier }}_event_id on {{ this }} (event_id)",
             "create index if not exists {{ this.identifier }}_eosflow_xid on {{ this }} (eosflow_xid, event_id)",
         ],
