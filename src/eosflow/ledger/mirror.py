@@ -95,7 +95,8 @@ def mirror(
                 "where batch_id = %s",
                 (plan.batch_id,),
             )
-    fresh = any(o.outcome != ALREADY_COMMITTED for o in done.values())
+    # A plan with nothing to write (no new record anywhere) commits as it is, as a warehouse commit does.
+    fresh = not outcomes or any(o.outcome != ALREADY_COMMITTED for o in done.values())
     outcome = COMMITTED if fresh else ALREADY_COMMITTED
     fenced = [o.detail for o in outcomes.values() if o.outcome == FENCED]
     if fenced:
