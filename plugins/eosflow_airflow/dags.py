@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
 
 from eosflow.ledger.backfill import MODES
-from eosflow.observe.health import stale_limits
+from eosflow.observe.health import publisher_stale_limit, stale_limits
 from eosflow.pipelines import Pipeline
 from eosflow.publishers import Publisher
 from eosflow.settings import ingest_interval
@@ -32,6 +32,7 @@ from eosflow_airflow.tasks import (
     plan,
     publish_dag_id,
     publish_rows,
+    publisher_health,
     validate_backfill,
     verify,
 )
@@ -317,12 +318,17 @@ def build_publish_dag(publisher: Publisher) -> DAG:
     return publish_dag()
 
 
-def build_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:
-    """Every few minutes, whether each pipeline keeps up (none declared: no DAG)."""
-    if not pipelines:
+def build_health_dag(
+    pipelines: dict[str, Pipeline], publishers: dict[str, Publisher] | None = None
+) -> DAG | None:
+    """Every few minutes, whether each pipeline keeps up, and whether an open transaction holds a
+    publisher's rows back (none declared: no DAG)."""
+    publishers = publishers or {}
+    if not pipelines and not publishers:
         return None
     limits = stale_limits(pipelines)
     listed = ", ".join(f"{name} {limit / 60:g} min" for name, limit in limits.items())
+    held_limit = publisher_stale_limit()
 
     @dag(
         dag_id="eosflow_health",
@@ -338,9 +344,14 @@ def build_health_dag(pipelines: dict[str, Pipeline]) -> DAG | None:
         "(3) ingest intervals (its DAG paused, failing or stuck), a stream pipeline's "
         "EOSFLOW_STREAM_STALE_MINUTES (5; is `eosflow stream` running?). Streams run as services, not in "
         "Airflow: a task that never ends would hold a worker slot, and a scheduler or worker restart would "
-        f"kill it. An idle pipeline is healthy. Limits: {listed}.",
+        f"kill it. An idle pipeline is healthy. Limits: {listed}. Publishers fail it when an open "
+        "transaction has held their committed rows back for EOSFLOW_PUBLISH_STALE_MINUTES "
+        f"({held_limit / 60:g}), naming that transaction.",
     )
     def health():
-        pipeline_health(limits)
+        if pipelines:
+            pipeline_health(limits)
+        if publishers:
+            publisher_health(sorted(publishers), held_limit)
 
     return health()

@@ -305,6 +305,33 @@ def pipeline_health(limits_s: dict[str, float]) -> dict:
     return {h.pipeline: {"lag": h.lag, "last_commit_age_s": h.last_commit_age_s} for h in found}
 
 
+@task(task_id="publisher_health")
+def publisher_health(names: list[str], limit_s: float) -> dict:
+    """Fails, naming the transactions that hold them (pid, database, user, age; prepared gids), when an
+    open transaction has held a publisher's committed rows back for longer than the limit: a publisher
+    waits for every older transaction of the cluster, by design, and a forgotten one stalls it."""
+    from eosflow.observe.health import check_publisher
+
+    settings = EosflowHook().settings()
+    found, unchecked = [], []
+    for name in names:
+        try:
+            found.append(check_publisher(settings, name, limit_s))
+        except Exception as exc:  # noqa: BLE001 - one publisher's trouble must not hide the others' verdicts
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            unchecked.append(f"publisher {name}: could not be checked: {type(exc).__name__}: {first}")
+    for health in found:
+        log.info("%s", health.line())
+    for line in unchecked:
+        log.error("%s", line)
+    stale = [h.line() for h in found if not h.ok]
+    if stale:
+        raise AirflowFailException("; ".join(stale + unchecked))  # the next run looks again: no retry
+    if unchecked:
+        raise RuntimeError("; ".join(unchecked))
+    return {h.publisher: {"held": h.held, "blocked_s": h.blocked_s} for h in found}
+
+
 @task(task_id="dbt_marts")
 def build_marts(pipeline_name: str) -> dict:
     """`dbt build` of the pipeline's marts and their tests, after its output asset was updated."""

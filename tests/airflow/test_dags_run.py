@@ -247,6 +247,42 @@ def test_the_health_dag_fails_when_records_wait_and_nothing_committed_for_n_inte
     assert str(dag.test().state) == "success"
 
 
+def test_the_health_dag_names_the_transaction_that_holds_a_publishers_rows_back(
+    case, airflow_db, task_outcomes, monkeypatch
+):
+    """A publisher waits, by design, for every older transaction of the cluster: a forgotten one stalled
+    it without a word outside its own log. The health DAG fails naming it (pid, database, age)."""
+    import psycopg
+
+    from eosflow_airflow.dags import build_health_dag
+    from tests.outbox import Outbox
+
+    monkeypatch.setenv("EOSFLOW_PUBLISH_STALE_MINUTES", "0.05")  # 3 s
+    box = Outbox(case)
+    dsn = case.settings.warehouse_dsn
+    with psycopg.connect(dsn) as conn:
+        box.insert(conn, 3)
+    assert box.publish().rows == 3
+    dag = task_outcomes.watch(build_health_dag({}, {case.name: box.publisher}))
+    assert str(dag.test().state) == "success"  # nothing waits
+
+    with psycopg.connect(dsn) as holder:  # a session left idle in its transaction
+        holder.execute("select pg_current_xact_id()")
+        with psycopg.connect(dsn) as conn:
+            box.insert(conn, 2)  # committed, after the holder began: held back
+        time.sleep(4)
+        run = dag.test()
+        assert str(run.state) == "failed"
+        (reason,) = task_outcomes.failed["publisher_health"]
+        assert f"STALE: publisher {case.name}: 2 committed row(s) held back" in str(reason)
+        assert f"pid {holder.info.backend_pid} (database " in str(reason) and "pg_terminate_backend" in str(
+            reason
+        )
+        assert "publisher_health" not in task_outcomes.retried
+        holder.rollback()
+    assert str(dag.test().state) == "success"  # ended: the rows can go, nothing holds them
+
+
 def test_one_pipeline_that_cannot_be_checked_does_not_hide_another_s_staleness(
     case, airflow_db, task_outcomes, monkeypatch
 ):

@@ -207,8 +207,10 @@ def streamed_orders(tmp_path, monkeypatch):
 
 
 def test_the_health_dag_checks_every_pipeline_against_n_of_its_intervals(dagbag):
-    (task,) = dagbag.dags["eosflow_health"].tasks
+    task, publishers = sorted(dagbag.dags["eosflow_health"].tasks, key=lambda t: t.task_id)
     assert task.task_id == "pipeline_health" and task.retries >= 2
+    # every publisher of pipelines.yml, against EOSFLOW_PUBLISH_STALE_MINUTES (5)
+    assert publishers.task_id == "publisher_health" and tuple(publishers.op_args) == (["orders_published"], 300.0)
     limits = task.op_args[0]
     assert set(limits) == {"orders", "orders_roundtrip"}  # every pipeline of pipelines.yml
     # EOSFLOW_STALE_INTERVALS (3) x EOSFLOW_INGEST_INTERVAL_MINUTES
@@ -218,7 +220,7 @@ def test_the_health_dag_checks_every_pipeline_against_n_of_its_intervals(dagbag)
 def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_checks_it(streamed_orders):
     assert type(streamed_orders.dags["eosflow_ingest_orders"].timetable).__name__ == "NullTimetable"
     assert streamed_orders.dags["eosflow_ingest_orders_roundtrip"].timetable.delta == _interval()
-    (task,) = streamed_orders.dags["eosflow_health"].tasks
+    task = streamed_orders.dags["eosflow_health"].get_task("pipeline_health")
     # a stream's limit is EOSFLOW_STREAM_STALE_MINUTES (5), a batch pipeline's 3 intervals
     assert task.op_args[0] == {"orders": 300.0, "orders_roundtrip": 3 * _interval().total_seconds()}
     # A stream's commits emit no asset event: its marts rebuild every interval too.

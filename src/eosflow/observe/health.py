@@ -103,3 +103,64 @@ def check(
             (now, pipeline.name, pipeline.mode != "stream", STREAM_RUNS),
         ).fetchone()
     return PipelineHealth(pipeline.name, lag, age, stale_after_s, pipeline.mode)
+
+
+# -- publishers --------------------------------------------------------------------------------------
+
+
+def publisher_stale_limit() -> float:
+    """Seconds an open transaction may hold a publisher's committed rows back before the publisher is
+    stale: EOSFLOW_PUBLISH_STALE_MINUTES (5)."""
+    return 60 * float(os.environ.get("EOSFLOW_PUBLISH_STALE_MINUTES", "5"))
+
+
+@dataclass(frozen=True)
+class PublisherHealth:
+    publisher: str
+    held: int  # committed rows after the position that wait for older transactions to end
+    blocked_s: float | None  # the oldest open transaction's age (None: none this role can see)
+    blockers: tuple[str, ...]  # the oldest open transactions, one line each (outbox.blocking_transactions)
+    stale_after_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.held == 0 or self.blocked_s is None or self.blocked_s <= self.stale_after_s
+
+    def line(self) -> str:
+        if self.held == 0:
+            return f"publisher {self.publisher}: no committed row waits: healthy"
+        who = "; ".join(self.blockers) or (
+            "no open transaction is visible to this role (grant it pg_read_all_stats to see them)"
+        )
+        if self.ok:
+            return f"publisher {self.publisher}: {self.held:,} committed row(s) wait for: {who}: healthy"
+        return (
+            f"STALE: publisher {self.publisher}: {self.held:,} committed row(s) held back for "
+            f"{self.blocked_s:,.0f}s (limit {self.stale_after_s:,.0f}s) by older transactions still open "
+            f"(a row is published once every transaction older than it has ended): {who}. End or commit a "
+            "forgotten one (pg_terminate_backend(pid), COMMIT/ROLLBACK PREPARED 'gid')"
+        )
+
+
+def check_publisher(settings: Settings, name: str, stale_after_s: float) -> PublisherHealth:
+    """How many of a publisher's committed rows an open transaction holds back, and which transaction."""
+    from eosflow.ledger import outbox_position
+    from eosflow.publishers import load_publisher
+    from eosflow.sources import outbox
+
+    publisher = load_publisher(settings, name)
+    with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
+        if publisher.delivery == "exactly_once":
+            current = outbox_position.read(settings.kafka, publisher)
+        else:
+            current = outbox_position.read_stored(conn, publisher)
+        if not outbox.has_position_column(conn, publisher):
+            return PublisherHealth(name, 0, None, (), stale_after_s)  # never published: nothing waits
+        held = outbox.held_back(conn, publisher, current)
+        (age,) = conn.execute(
+            "select max(age) from (select extract(epoch from now() - xact_start)::float8 as age "
+            "from pg_stat_activity where backend_xid is not null and pid <> pg_backend_pid() union all "
+            "select extract(epoch from now() - prepared)::float8 from pg_prepared_xacts) open"
+        ).fetchone()
+        blockers = tuple(outbox.blocking_transactions(conn)) if held else ()
+    return PublisherHealth(name, held, age, blockers, stale_after_s)

@@ -166,6 +166,16 @@ def committed_after(
         return cur.execute(statement, params).fetchall()
 
 
+def has_position_column(conn: psycopg.Connection, publisher: Publisher) -> bool:
+    """Whether the outbox has its position column yet (a publisher's first run adds it)."""
+    (found,) = conn.execute(
+        "select exists (select 1 from pg_attribute where attrelid = to_regclass(%s) and attname = %s "
+        "and not attisdropped)",
+        (publisher.table, XID_COLUMN),
+    ).fetchone()
+    return found
+
+
 def held_back(conn: psycopg.Connection, publisher: Publisher, after: Position | None) -> int:
     """Committed rows after `after` that a read cannot take yet: an older transaction is still open."""
     schema, table = publisher.table.split(".")
