@@ -4,6 +4,7 @@ offsets in one Kafka transaction, read back read_committed as a downstream consu
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Producer
@@ -312,3 +313,26 @@ def test_verify_passes_after_retention_deleted_source_records_already_produced(c
     assert result.ok, result.table()
     assert "below the log start" in result.table()  # says what it could not compare, and why
     assert len(read_all(case.settings, case.output_topic)) == len(manifest.visible()) + 20
+
+
+def test_a_topic_re_created_with_fewer_partitions_is_refused_not_a_kafka_error(case):
+    """Found by the randomized schedule: deleting a topic drops the group's offsets of it, so the next run
+    took them for forgotten and tried to restore an offset of a partition the new topic does not have:
+    an UNKNOWN_TOPIC_OR_PART traceback instead of the refusal every other sink gives."""
+    from confluent_kafka.admin import AdminClient
+
+    from eosflow.ledger.planner import TopicRecreatedError
+
+    case.as_kafka_sink()
+    case.produce(60, seed=38, partitions=3)
+    assert case.ingest().outcome == "committed"
+    admin = AdminClient({"bootstrap.servers": case.settings.bootstrap_servers})
+    admin.delete_topics([case.topic], operation_timeout=30)[case.topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while case.topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.3)
+    case.produce(10, seed=39, partitions=1)  # the same name again, one partition
+    before = len(read_all(case.settings, case.output_topic))
+    with pytest.raises(TopicRecreatedError, match="was deleted and re-created"):
+        case.ingest()
+    assert len(read_all(case.settings, case.output_topic)) == before

@@ -34,6 +34,7 @@ from eosflow.sinks.kafka.produce import (
     group_id,
     transactional_id,
 )
+from eosflow.sources.kafka.offsets import TopicMissingError, topic_id
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
 # How far before the ledger's last commit of a partition the output is searched: the records of a range
@@ -47,8 +48,8 @@ def restore(conn: psycopg.Connection, kafka: Mapping[str, str], pipeline: Pipeli
     restored = 0
     for topic in pipeline.topics:
         ledger = {p: o for p, o in store.positions(conn, pipeline.name, topic).items() if o is not None}
-        if not ledger:
-            continue
+        if not ledger or _recreated(conn, kafka, pipeline.name, topic):
+            continue  # a re-created topic's offsets went with the old one: the planner refuses it, saying so
         present = ledger_mirror.committed_offsets(kafka, pipeline.name, topic, sorted(ledger))
         for partition, position in sorted(ledger.items()):
             if partition in present:
@@ -74,6 +75,18 @@ def restore(conn: psycopg.Connection, kafka: Mapping[str, str], pipeline: Pipeli
             )
             restored += 1
     return restored
+
+
+def _recreated(conn: psycopg.Connection, kafka: Mapping[str, str], pipeline: str, topic: str) -> bool:
+    """The topic was deleted (and perhaps re-created): its positions count in an incarnation that is gone."""
+    stored = {i for i in store.stored_topic_ids(conn, pipeline, topic).values() if i is not None}
+    if not stored:
+        return False
+    try:
+        current = topic_id(dict(kafka), topic, _TIMEOUT_S)
+    except TopicMissingError:  # gone: the planner says so, with the fix
+        return True
+    return current not in stored
 
 
 def _last_commit(conn: psycopg.Connection, pipeline: str, topic: str, partition: int) -> dict:
