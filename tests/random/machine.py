@@ -35,9 +35,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from eosflow import pipelines as pipelines_mod
 from eosflow.cli import ingest as ingest_cli
+from eosflow.faults import SINK_FAULT_POINTS
 from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.migrate import migrate
+from eosflow.ledger.mirror import CommitTimedOutError
 from eosflow.ledger.planner import DataLossError, PositionBeyondLogError, TopicRecreatedError
 from eosflow.ledger.ranges import OffsetRange, batch_id_for
 from eosflow.runners import backfill_run, job
@@ -45,7 +47,7 @@ from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
 from eosflow.sources.kafka.read import ReadDataLossError
 from tests import orders
-from tests.random.model import PipelineModel, compare
+from tests.random.model import PipelineModel, Rows, compare
 from tests.random.world import POISON, Kafka, footprint, read_rows, spawn_ingest
 
 MAX_PARTITIONS = 6
@@ -69,26 +71,36 @@ EXIT_LABEL = {
 }
 
 
+# The runners a machine drives: "batch" (this module: a warehouse pipeline run by eosflow ingest and
+# backfills), "kafka" (tests/random/kafka_sink.py), "stream" (tests/random/stream.py). The publisher has
+# a machine of its own (tests/random/publisher.py): it reads an outbox, not a topic.
+EVERY_RUNNER = frozenset({"batch", "kafka", "stream"})
+WITHOUT_STREAM = frozenset({"batch", "kafka"})  # retention and re-created topics: the batch machine's
+WAREHOUSE = frozenset({"batch", "stream"})  # replays: refused for a Kafka sink (its own step)
+
+
 @dataclass(frozen=True)
 class StepKind:
     weight: int
     heavy: bool
     when: object
     strategies: dict
+    runners: frozenset
 
 
 STEPS: dict[str, StepKind] = {}
 
 
-def schedule_step(weight: int, heavy: bool = False, when=None, **strategies):
+def schedule_step(weight: int, heavy: bool = False, when=None, runners=EVERY_RUNNER, **strategies):
     """One kind of step, drawn by ScheduleMachine.step with this weight (Hypothesis' rules are not weighted).
 
     heavy: runs job processes (seconds each); at most one every `heavy_gap` steps.
     when: a condition on the model (never on timing: Hypothesis replays draws, not the world).
+    runners: the machines that draw it (ScheduleMachine.runner).
     """
 
     def register(fn):
-        STEPS[fn.__name__] = StepKind(weight, heavy, when, strategies)
+        STEPS[fn.__name__] = StepKind(weight, heavy, when, strategies, frozenset(runners))
         return fn
 
     return register
@@ -123,6 +135,7 @@ def _label(exc: BaseException) -> str:
         (BackfillError, "refused by validation"),
         (positions.ReplayCountError, "refused: replay count"),
         (PositionBeyondLogError, "refused: position beyond log"),
+        (CommitTimedOutError, "timed out"),
     ):
         if isinstance(exc, kind):
             return name
@@ -130,6 +143,7 @@ def _label(exc: BaseException) -> str:
 
 
 class ScheduleMachine(RuleBasedStateMachine):
+    runner = "batch"  # which steps it draws (schedule_step's runners)
     # Set by the runner (tests/random/test_random_schedule.py, tests/random/soak.py).
     settings: Settings
     stats: Stats = Stats()
@@ -170,21 +184,40 @@ class ScheduleMachine(RuleBasedStateMachine):
     def _new_pipeline(self) -> None:
         name = f"r{self.uid}_{len(self.pipes)}"
         self.pipes.append(PipelineModel(name, self.kafka.topic, f"raw.{name}", incarnation=len(self.pipes)))
-        spec = {
-            p.name: {
-                "topics": [p.topic],
-                "target_table": p.table,
-                **orders.declaration(),
-                "transform_version": "v1",
-                "initial_offset": "earliest",
-                "max_records_per_partition": 100_000,
-                "max_value_bytes": 4096,
-            }
-            for p in self.pipes
-        }
+        spec = {p.name: self.declaration(p) for p in self.pipes}
         self.pipelines_file.write_text(yaml.safe_dump({"pipelines": spec}))
         self.started = dict.fromkeys(range(self.partitions), "no")
         self.killed = []
+
+    # -- what differs by sink (tests/random/kafka_sink.py overrides these) ---------------------------
+    def declaration(self, pipe: PipelineModel) -> dict:
+        """The pipeline's entry in pipelines.yml: the orders declaration into a warehouse table."""
+        return {
+            "topics": [pipe.topic],
+            "target_table": pipe.table,
+            **orders.declaration(),
+            "transform_version": "v1",
+            "initial_offset": "earliest",
+            "max_records_per_partition": 100_000,
+            "max_value_bytes": 4096,
+        }
+
+    def rows(self, pipe: PipelineModel) -> Rows:
+        """What the sink holds for the pipeline, by source coordinates."""
+        return read_rows(self.dsn, pipe.name, pipe.table)
+
+    def crash_point(self, point: str) -> str:
+        """The fault point a drawn one stands for in this machine's runs."""
+        return point
+
+    # The fault points a run dies at having committed: the sink's truth holds its ranges.
+    committed_at: tuple[str, ...] = ("after_commit",)
+
+    @property
+    def racing(self) -> bool:
+        """Another runner of the pipeline may commit at any moment (a stream): a run may then be fenced,
+        and a refused run's footprint may change by the other's commits."""
+        return False
 
     # -- bookkeeping -------------------------------------------------------------------------------
     def _begin(self, kind: str, heavy: bool = False) -> None:
@@ -215,9 +248,11 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     def _footprint(self, pipe: PipelineModel | None = None) -> tuple:
         pipe = pipe or self.pipe
-        return footprint(self.dsn, pipe.name, pipe.table)
+        return footprint(self.dsn, pipe.name, self.rows(pipe))
 
     def _unchanged(self, before: tuple, what: str) -> None:
+        if self.racing:
+            return  # the other runner commits as it goes: nothing to compare with
         if self._footprint() != before:
             self._violation(f"{what} but the warehouse changed (rows, ledger or positions)")
 
@@ -305,7 +340,9 @@ class ScheduleMachine(RuleBasedStateMachine):
         names = [
             name
             for name, kind in STEPS.items()
-            if (not kind.heavy or self._heavy_ok()) and (kind.when is None or kind.when(self))
+            if self.runner in kind.runners
+            and (not kind.heavy or self._heavy_ok())
+            and (kind.when is None or kind.when(self))
         ]
         name = data.draw(st.sampled_from([n for n in names for _ in range(STEPS[n].weight)]), label="step")
         kwargs = {k: data.draw(v, label=k) for k, v in STEPS[name].strategies.items()}
@@ -363,7 +400,12 @@ class ScheduleMachine(RuleBasedStateMachine):
         self._fault("partitions added", grown - self.partitions)
         self.partitions = grown
 
-    @schedule_step(2, partition=st.integers(0, MAX_PARTITIONS - 1), share=st.sampled_from([0.3, 0.6, 1.0]))
+    @schedule_step(
+        2,
+        runners=WITHOUT_STREAM,
+        partition=st.integers(0, MAX_PARTITIONS - 1),
+        share=st.sampled_from([0.3, 0.6, 1.0]),
+    )
     def retention(self, partition: int, share: float) -> None:
         """Delete records below an offset, as retention does; some may not have been read yet."""
         self._begin("retention")
@@ -373,7 +415,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         if below <= start:
             self._outcome("nothing to delete")
             return
-        present = read_rows(self.dsn, self.pipe.name, self.pipe.table).coords()
+        present = self.rows(self.pipe).coords()
         log_start = self.kafka.delete_records(p, below)
         if log_start != below:
             self._violation(f"delete_records({p}, {below}) left the log start at {log_start}")
@@ -396,7 +438,9 @@ class ScheduleMachine(RuleBasedStateMachine):
         if taken:
             self._fault("retention: committed records deleted unread", taken)
 
-    @schedule_step(1, heavy=True, partitions=st.integers(1, 4), produce_after=st.integers(0, 8))
+    @schedule_step(
+        1, heavy=True, runners=WITHOUT_STREAM, partitions=st.integers(1, 4), produce_after=st.integers(0, 8)
+    )
     def recreate_topic(self, partitions: int, produce_after: int) -> None:
         """Delete the topic and create it again under the same name: the pipeline must refuse it for good."""
         self._begin("topic re-created", heavy=True)
@@ -415,7 +459,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self.kafka.delete()
         self.kafka.create(partitions)
         self._fault("topic re-created")
-        frozen = read_rows(self.dsn, old.name, old.table)
+        frozen = self.rows(old)
         before = self._footprint()
         fresh = PipelineModel("(new incarnation)", old.topic, "", incarnation=old.incarnation + 1)
         if produce_after:
@@ -445,21 +489,18 @@ class ScheduleMachine(RuleBasedStateMachine):
         for rec in fresh.records.values():
             self.pipe.add(rec)
 
-    @schedule_step(
-        1,
-        when=lambda self: any(p.retired for p in self.pipes),
-    )
+    @schedule_step(1, runners=WITHOUT_STREAM, when=lambda self: any(p.retired for p in self.pipes))
     def ingest_retired(self) -> None:
         self._begin("ingest of a retired pipeline")
         old = next(p for p in reversed(self.pipes) if p.retired)
-        before = footprint(self.dsn, old.name, old.table)
+        before = self._footprint(old)
         label, _, exc = self._run(
             lambda: job.run(self.settings, old.name, log=_quiet), "a retired pipeline's run"
         )
         self._outcome(label)
         if label != "refused: topic re-created":
             self._violation(f"a pipeline whose topic was re-created ran: {label} {exc}")
-        if footprint(self.dsn, old.name, old.table) != before:
+        if self._footprint(old) != before:
             self._violation("a refused run of a retired pipeline changed the warehouse")
 
     # -- ingesting ---------------------------------------------------------------------------------
@@ -488,7 +529,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             for r in getattr(exc, "missing", []):
                 if r.partition not in self.pipe.unsettled() or self.started.get(r.partition) == "no":
                     self._violation(f"data loss reported for {r}, whose partition lost nothing unread: {exc}")
-        else:
+        elif not (label == "fenced" and self.racing):
             self._violation(f"an ingest ended {label}: {exc}")
         return label
 
@@ -515,6 +556,7 @@ class ScheduleMachine(RuleBasedStateMachine):
     def ingest_crashes(self, point: str, acknowledge: bool) -> None:
         """`eosflow ingest` SIGKILLing itself at a named step boundary (EOSFLOW_CRASH_AT)."""
         self._begin("ingest killed at a fault point", heavy=True)
+        point = self.crash_point(point)
         run_id = f"crash-{uuid.uuid4().hex[:8]}"
         proc = spawn_ingest(
             self.pipe.name,
@@ -524,8 +566,9 @@ class ScheduleMachine(RuleBasedStateMachine):
             EOSFLOW_CRASH_AT=point,
         )
         code = proc.wait()
-        if code == -9:
+        if code == -9 or (point in SINK_FAULT_POINTS and code == 1):
             self._fault(f"SIGKILL at {point}")
+            code = -9  # a task's worker killed fails the job: the run died where the point says
         self._process_ended(code, proc, run_id, acknowledge)
 
     def _process_ended(self, code: int, proc, run_id: str, acknowledge: bool) -> None:
@@ -540,6 +583,8 @@ class ScheduleMachine(RuleBasedStateMachine):
         elif code == 0:
             self._committed_normal(acknowledge)
             self.complete = True
+        elif code == 3 and self.racing:
+            pass  # the stream committed those ranges first
         elif code == 4:
             if acknowledge or not self._may_lose():
                 self._violation(
@@ -599,7 +644,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             self._violation(
                 f"two concurrent runs ended: process {code}, in-process {label} {exc}\n{proc.tail(25)}"
             )
-        if labels == {"fenced"}:
+        if labels == {"fenced"} and not self.racing:
             self._violation("both concurrent runs were fenced: neither committed")
         if "data loss refused" in labels and (acknowledge or not self._may_lose()):
             self._violation(
@@ -640,6 +685,8 @@ class ScheduleMachine(RuleBasedStateMachine):
             lambda: backfill_run.run(self.settings, request, run_id, chunks, log=_quiet), "a catch-up"
         )
         self._outcome(f"{label} ({len(chunks)} chunks)" if label == "committed" else label)
+        if label == "fenced" and self.racing:
+            return  # the stream took those offsets first: nothing of the chunk committed
         if label != "committed":
             self._violation(f"a validated catch-up of {len(chunks)} chunks ended {label}: {exc}")
         self._caught_up({c.partition for c in chunks})
@@ -667,7 +714,7 @@ class ScheduleMachine(RuleBasedStateMachine):
         self._unchanged(before, "the catch-up was refused")
 
     def _replay_range(self, which: int, a: float, b: float) -> OffsetRange | None:
-        rows = read_rows(self.dsn, self.pipe.name, self.pipe.table).coords()
+        rows = self.rows(self.pipe).coords()
         by_part: dict[int, list[int]] = {}
         for t, p, o in rows:
             if t == self.pipe.topic:
@@ -681,6 +728,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     @schedule_step(
         2,
+        runners=WAREHOUSE,
         which=st.integers(0, 100),
         a=st.floats(0, 1),
         b=st.floats(0, 1),
@@ -715,15 +763,15 @@ class ScheduleMachine(RuleBasedStateMachine):
             "a replay",
         )
         self._outcome(f"{label}")
-        if label != "committed":
+        if label != "committed" and not (label == "fenced" and self.racing):
             self._violation(f"a validated replay of {r} ended {label}: {exc}")
-        after = self._footprint()
-        if (after[0], after[1]) != (before[0], before[1]):
+        if _within(self._footprint(), r) != _within(before, r):
             self._violation(f"a replay of {r} changed which records the warehouse holds")
 
     @schedule_step(
         1,
         heavy=True,
+        runners=WAREHOUSE,
         which=st.integers(0, 100),
         a=st.floats(0, 1),
         b=st.floats(0, 1),
@@ -754,21 +802,25 @@ class ScheduleMachine(RuleBasedStateMachine):
         code = proc.wait()
         self._outcome(f"process {EXIT_LABEL.get(code, code)}, in-process {label}")
         labels = {EXIT_LABEL.get(code, f"exit {code}"), label}
-        if not labels <= {"committed", "fenced"} or labels == {"fenced"}:
+        if not labels <= {"committed", "fenced"} or (labels == {"fenced"} and not self.racing):
             self._violation(
                 f"two concurrent replays of {r} ended: process {code}, in-process {label} "
                 f"{exc}\n{proc.tail(25)}"
             )
-        after = self._footprint()
-        if (after[0], after[1]) != (before[0], before[1]):
+        if _within(self._footprint(), r) != _within(before, r):
             self._violation(f"concurrent replays of {r} changed which records the warehouse holds")
 
     @schedule_step(
-        2, heavy=True, point=st.sampled_from(CHUNK_CRASH_POINTS), partition=st.integers(0, MAX_PARTITIONS - 1)
+        2,
+        heavy=True,
+        runners=WITHOUT_STREAM,  # a stream would take the chunks' offsets: nothing left to order
+        point=st.sampled_from(CHUNK_CRASH_POINTS),
+        partition=st.integers(0, MAX_PARTITIONS - 1),
     )
     def catch_up_with_failing_chunk(self, point: str, partition: int) -> None:
         """A catch-up whose first chunk dies (a process, EOSFLOW_CRASH_AT): the next chunk may not commit."""
         self._begin("catch-up with a failing chunk", heavy=True)
+        point = self.crash_point(point)
         p = partition % self.partitions
         before = self._footprint()
         try:
@@ -804,7 +856,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             EOSFLOW_CRASH_AT=point,
         )
         code = proc.wait()
-        if code != -9:
+        if code != -9 and not (point in SINK_FAULT_POINTS and code == 1):
             self._violation(
                 f"chunk {first} with EOSFLOW_CRASH_AT={point} ended {code}, not killed:\n{proc.tail(25)}"
             )
@@ -817,7 +869,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             "the next chunk",
         )
         self._outcome(f"next chunk after a kill at {point}: {label}")
-        if point == "after_commit":
+        if point in self.committed_at:
             if label != "committed":
                 self._violation(f"the chunk after a committed one ended {label}: {exc}")
         elif label not in ("refused by validation", "fenced"):
@@ -887,7 +939,7 @@ class ScheduleMachine(RuleBasedStateMachine):
             return
         self._check_current()
         for old in self.pipes[:-1]:
-            rows = read_rows(self.dsn, old.name, old.table)
+            rows = self.rows(old)
             if old.frozen is not None and rows != old.frozen:
                 self._violation(
                     f"pipeline {old.name}, refused since its topic was re-created, changed its rows"
@@ -898,7 +950,7 @@ class ScheduleMachine(RuleBasedStateMachine):
 
     def _check_current(self) -> None:
         pipe = self.pipe
-        rows = read_rows(self.dsn, pipe.name, pipe.table)
+        rows = self.rows(pipe)
         bad = compare(pipe, rows, self.complete)
         if bad:
             self._violation("the warehouse differs from the producer's model:\n  " + "\n  ".join(bad[:12]))
@@ -923,3 +975,9 @@ class ScheduleMachine(RuleBasedStateMachine):
 
 def _quiet(message: str) -> None:
     pass
+
+
+def _within(footprint: tuple, r: OffsetRange) -> tuple:
+    """A footprint's output and rejected rows inside one range: what a replay of it may not change."""
+    inside = lambda k: k[0] == r.topic and k[1] == r.partition and r.start <= k[2] < r.end  # noqa: E731
+    return [k for k in footprint[0] if inside(k)], [k for k in footprint[1] if inside(k)]

@@ -1,12 +1,14 @@
-"""`make soak`: the randomized schedule for 1,000+ steps on a stack of its own, then a report.
+"""`make soak`: the randomized schedules for 1,000+ steps per runner on a stack of its own, then reports.
 
-    python -m tests.random.soak            # EOSFLOW_SOAK_STEPS (1000), EOSFLOW_SOAK_SEED (random)
+    python -m tests.random.soak            # EOSFLOW_SOAK_STEPS (1000 per runner), EOSFLOW_SOAK_SEED (random),
+                                           # EOSFLOW_SOAK_RUNNERS (batch,kafka,publisher,stream)
 
 The stack lives under .stack/soak on ports of its own (Kafka 19292/19293, Postgres 15632), started
 with `eosflow stack up` and stopped with `eosflow stack down` at the end (EOSFLOW_SOAK_KEEP_STACK=1
 keeps it). Machines run one after another, each a fresh pipeline, until the steps are done; a
 violation ends its machine (no shrinking: the machine's own step list is in the report) and the
-soak goes on with the next. The report goes to soak/results/latest.md and latest.json.
+soak goes on with the next. Each runner's report goes to soak/results/<runner>.md and .json, and
+soak/results/latest.md sums them up.
 """
 
 from __future__ import annotations
@@ -32,47 +34,86 @@ SOAK_ENV = {
     "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the soak's pipelines are JSON
 }
 RESULTS = ROOT / "soak" / "results"
+RUNNERS = ("batch", "kafka", "publisher", "stream")
 
 
 def _eosflow(*args: str) -> None:
     subprocess.run([str(Path(sys.executable).parent / "eosflow"), *args], check=True, env=os.environ)
 
 
+def machine_class(runner: str) -> type:
+    from tests.random.kafka_sink import KafkaSinkMachine
+    from tests.random.machine import ScheduleMachine
+    from tests.random.publisher import PublisherMachine
+    from tests.random.stream import StreamMachine
+
+    base = {
+        "batch": ScheduleMachine,
+        "kafka": KafkaSinkMachine,
+        "publisher": PublisherMachine,
+        "stream": StreamMachine,
+    }[runner]
+
+    class Machine(base):
+        slow_faults = True  # the soak's stack is its own: its broker may be paused
+
+    return Machine
+
+
 def main() -> int:
     target = int(os.environ.get("EOSFLOW_SOAK_STEPS", "1000"))
     chosen = int(os.environ.get("EOSFLOW_SOAK_SEED") or random.SystemRandom().randrange(2**32))
     heavy_gap = int(os.environ.get("EOSFLOW_SOAK_HEAVY_GAP", "5"))
+    runners = [r for r in os.environ.get("EOSFLOW_SOAK_RUNNERS", ",".join(RUNNERS)).split(",") if r]
+    unknown = sorted(set(runners) - set(RUNNERS))
+    if unknown:
+        print(f"soak: unknown runner(s) {unknown} in EOSFLOW_SOAK_RUNNERS; choose among {list(RUNNERS)}")
+        return 2
     os.environ.update(SOAK_ENV)
     for name in ("AIRFLOW_CONN_WAREHOUSE", "AIRFLOW_CONN_KAFKA_DEFAULT"):
         os.environ.pop(name, None)
 
+    from eosflow import settings as settings_mod
+
+    print(
+        f"soak: seed {chosen}, {target} steps for each of {', '.join(runners)}, stack under "
+        f"{SOAK_ENV['EOSFLOW_STATE_DIR']}",
+        flush=True,
+    )
+    _eosflow("stack", "up")
+    violations = 0
+    try:
+        for runner in runners:
+            machine = machine_class(runner)
+            machine.settings = settings_mod.load()
+            machine.workdir = Path(SOAK_ENV["EOSFLOW_STATE_DIR"]) / "random"
+            machine.heavy_gap = heavy_gap
+            machine.trace = bool(os.environ.get("EOSFLOW_RANDOM_TRACE"))
+            violations += soak_one(runner, machine, chosen, target, heavy_gap)
+    finally:
+        write_summary(runners)
+        if not os.environ.get("EOSFLOW_SOAK_KEEP_STACK"):
+            _eosflow("stack", "down")
+    return 1 if violations else 0
+
+
+def soak_one(runner: str, machine: type, chosen: int, target: int, heavy_gap: int) -> int:
+    """Rounds of `machine` until `target` steps: its report written; returns its violations."""
     from hypothesis import HealthCheck, Phase, seed, settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from eosflow import settings as settings_mod
-    from tests.random.machine import ScheduleMachine, Stats
+    from tests.random.machine import Stats
 
-    print(f"soak: seed {chosen}, {target} steps, stack under {SOAK_ENV['EOSFLOW_STATE_DIR']}", flush=True)
-    _eosflow("stack", "up")
-    stats = Stats()
+    stats = machine.stats = Stats()
     started = time.monotonic()
     failures: list[str] = []
     rounds = 0
     try:
-
-        class Machine(ScheduleMachine):
-            pass
-
-        Machine.settings = settings_mod.load()
-        Machine.stats = stats
-        Machine.workdir = Path(SOAK_ENV["EOSFLOW_STATE_DIR"]) / "random"
-        Machine.heavy_gap = heavy_gap
-        Machine.trace = bool(os.environ.get("EOSFLOW_RANDOM_TRACE"))
         while stats.total_steps < target and len(stats.violations) < 25:
             before = len(stats.violations)
             try:
                 run_state_machine_as_test(
-                    seed(chosen + rounds)(Machine),
+                    seed(chosen + rounds)(machine),
                     settings=settings(
                         max_examples=4,
                         stateful_step_count=50,
@@ -91,24 +132,48 @@ def main() -> int:
                 failures.append(f"round {rounds}, seed {chosen + rounds}")
             rounds += 1
             print(
-                f"soak: round {rounds} done, {stats.total_steps}/{target} steps, "
+                f"soak {runner}: round {rounds} done, {stats.total_steps}/{target} steps, "
                 f"{len(stats.violations)} violation(s), {time.monotonic() - started:.0f} s",
                 flush=True,
             )
     finally:
         wall = time.monotonic() - started
-        write_report(stats, chosen, target, wall, rounds, heavy_gap, failures)
-        if not os.environ.get("EOSFLOW_SOAK_KEEP_STACK"):
-            _eosflow("stack", "down")
-    return 1 if stats.violations else 0
+        write_report(runner, stats, chosen, target, wall, rounds, heavy_gap, failures)
+    return len(stats.violations)
 
 
-def write_report(stats, chosen: int, target: int, wall: float, rounds: int, heavy_gap: int, failures) -> None:
+def write_summary(runners: list[str]) -> None:
+    """soak/results/latest.md: one line per runner, from the reports on disk (a runner not run this
+    time keeps its last report, and says when it was)."""
+    lines = [
+        "# Randomized schedule soak: latest reports",
+        "",
+        "| runner | date | seed | steps | faults injected | violations | wall (min) | report |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for runner in RUNNERS:
+        path = RESULTS / f"{runner}.json"
+        if not path.exists():
+            lines.append(f"| {runner} | never run | | | | | | |")
+            continue
+        r = json.loads(path.read_text())
+        lines.append(
+            f"| {runner} | {r['date']} | {r['seed']} | {r['steps']} | {sum(r['faults'].values())} | "
+            f"{len(r['violations'])} | {r['wall_seconds'] / 60:.1f} | [{runner}.md]({runner}.md) |"
+        )
+    lines += ["", f"This run: {', '.join(runners)}. `make soak` runs every runner; see ../README.md.", ""]
+    (RESULTS / "latest.md").write_text("\n".join(lines))
+
+
+def write_report(
+    runner: str, stats, chosen: int, target: int, wall: float, rounds: int, heavy_gap: int, failures
+) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     py = platform.python_version()
     machine = f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python {py})"
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = {
+        "runner": runner,
         "date": when,
         "machine": machine,
         "seed": chosen,
@@ -125,9 +190,9 @@ def write_report(stats, chosen: int, target: int, wall: float, rounds: int, heav
         "violations": stats.violations,
         "failed_rounds": failures,
     }
-    (RESULTS / "latest.json").write_text(json.dumps(body, indent=2) + "\n")
+    (RESULTS / f"{runner}.json").write_text(json.dumps(body, indent=2) + "\n")
     lines = [
-        "# Randomized schedule soak: latest run",
+        f"# Randomized schedule soak: {runner}",
         "",
         f"`make soak` on {when}, {machine}.",
         "",
@@ -154,13 +219,17 @@ def write_report(stats, chosen: int, target: int, wall: float, rounds: int, heav
         for v in stats.violations:
             lines += ["```", v.strip(), "```", ""]
     else:
-        lines += ["None: after every step the warehouse matched the producer's model and I1-I6 held.", ""]
+        lines += [
+            "None: after every step the sink matched the model built from the producer's side (the "
+            "outbox's, for the publisher), and the invariants held.",
+            "",
+        ]
     lines += [
         "## Reproducing",
         "",
         "```bash",
         f"EOSFLOW_SOAK_SEED={chosen} EOSFLOW_SOAK_STEPS={target} EOSFLOW_SOAK_HEAVY_GAP={heavy_gap} \\",
-        "  make soak",
+        f"  EOSFLOW_SOAK_RUNNERS={runner} make soak",
         "```",
         "",
         "The seed fixes every step Hypothesis draws (round r uses seed + r); the real world's timing",
@@ -168,8 +237,8 @@ def write_report(stats, chosen: int, target: int, wall: float, rounds: int, heav
         "replay takes the same steps but may see other outcomes. Each violation lists its machine's steps.",
         "",
     ]
-    (RESULTS / "latest.md").write_text("\n".join(lines))
-    print(f"soak: report in {RESULTS / 'latest.md'}", flush=True)
+    (RESULTS / f"{runner}.md").write_text("\n".join(lines))
+    print(f"soak: report in {RESULTS / f'{runner}.md'}", flush=True)
 
 
 if __name__ == "__main__":

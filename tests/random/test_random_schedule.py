@@ -1,7 +1,8 @@
-"""The randomized schedule test of issue 13, CI-sized: a few minutes of random steps on the main stack.
+"""The randomized schedules of issues 13 and 27, CI-sized: a few minutes of random steps per runner on the
+main stack.
 
-`make soak` runs the same machine for 1,000+ steps on a stack of its own (tests/random/soak.py).
-EOSFLOW_RANDOM_SEED=<n> replays a seed; EOSFLOW_RANDOM_EXAMPLES / EOSFLOW_RANDOM_STEPS size the run.
+`make soak` runs the same machines for 1,000+ steps each on a stack of its own (tests/random/soak.py).
+EOSFLOW_RANDOM_SEED=<n> replays a seed; EOSFLOW_RANDOM_EXAMPLES / EOSFLOW_RANDOM_STEPS size the runs.
 """
 
 from __future__ import annotations
@@ -14,24 +15,27 @@ import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.random.kafka_sink import KafkaSinkMachine
+from tests.random.machine import ScheduleMachine
+from tests.random.publisher import PublisherMachine
+from tests.random.stream import StreamMachine
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 
-def test_random_schedule_keeps_the_warehouse_equal_to_the_producers_model(schedule_machine):
-    """8 pipelines x 40 random steps, each step a real produce, ingest, kill or backfill checked against the
-    model: 2 to 5 minutes, the price of finding schedules nobody wrote down (a failing seed is printed)."""
+def run_machine(machine: type, examples: int, steps: int, heavy_gap: int = 3) -> None:
+    """Hypothesis' stateful run of `machine`, its seed printed (a failing one replays), then its figures."""
     chosen = int(os.environ.get("EOSFLOW_RANDOM_SEED") or random.SystemRandom().randrange(2**32))
-    print(f"randomized schedule: seed {chosen} (EOSFLOW_RANDOM_SEED={chosen} replays it)")
-    schedule_machine.heavy_gap = 3
-    schedule_machine.trace = bool(os.environ.get("EOSFLOW_RANDOM_TRACE"))
-    machine = seed(chosen)(schedule_machine)
+    print(f"randomized schedule ({machine.runner}): seed {chosen} (EOSFLOW_RANDOM_SEED={chosen} replays it)")
+    machine.heavy_gap = heavy_gap
+    machine.trace = bool(os.environ.get("EOSFLOW_RANDOM_TRACE"))
     started = time.monotonic()
     try:
         run_state_machine_as_test(
-            machine,
+            seed(chosen)(machine),
             settings=settings(
-                max_examples=int(os.environ.get("EOSFLOW_RANDOM_EXAMPLES", "8")),
-                stateful_step_count=int(os.environ.get("EOSFLOW_RANDOM_STEPS", "40")),
+                max_examples=int(os.environ.get("EOSFLOW_RANDOM_EXAMPLES", examples)),
+                stateful_step_count=int(os.environ.get("EOSFLOW_RANDOM_STEPS", steps)),
                 deadline=None,
                 database=None,
                 suppress_health_check=list(HealthCheck),
@@ -40,7 +44,7 @@ def test_random_schedule_keeps_the_warehouse_equal_to_the_producers_model(schedu
             ),
         )
     finally:
-        stats = schedule_machine.stats
+        stats = machine.stats
         print(
             f"seed {chosen}: {stats.machines} machine(s), {stats.total_steps} steps in "
             f"{time.monotonic() - started:.0f} s; steps {dict(stats.steps)}; faults {dict(stats.faults)}; "
@@ -48,3 +52,27 @@ def test_random_schedule_keeps_the_warehouse_equal_to_the_producers_model(schedu
         )
         for v in stats.violations[:5]:
             print("VIOLATION", v)
+
+
+def test_random_schedule_keeps_the_warehouse_equal_to_the_producers_model(bind_machine):
+    """6 pipelines x 40 random steps, each step a real produce, ingest, kill or backfill checked against the
+    model: 2 to 4 minutes, the price of finding schedules nobody wrote down (a failing seed is printed)."""
+    run_machine(bind_machine(ScheduleMachine), examples=6, steps=40)
+
+
+def test_random_schedule_keeps_a_kafka_sinks_output_equal_to_the_producers_model(bind_machine):
+    """3 pipelines x 30 steps of a `sink: kafka` pipeline (kills inside its Kafka transactions, offsets
+    the group forgot, retention, re-created topics) read back read_committed: 2 to 3 minutes."""
+    run_machine(bind_machine(KafkaSinkMachine), examples=3, steps=30)
+
+
+def test_random_schedule_keeps_a_streams_warehouse_equal_to_the_producers_model(bind_machine):
+    """3 pipelines x 20 steps with a stream running, killed, paused and raced by batch runs and backfills:
+    each stream start is a Spark session, 2 to 3 minutes."""
+    run_machine(bind_machine(StreamMachine), examples=3, steps=20)
+
+
+def test_random_schedule_keeps_a_publishers_topic_equal_to_the_outbox(bind_machine):
+    """4 outboxes x 25 steps: rows of every type committed, rolled back and committed out of order,
+    publishers killed, crashed at each point and racing: 1 to 3 minutes."""
+    run_machine(bind_machine(PublisherMachine), examples=4, steps=25)

@@ -235,9 +235,8 @@ def read_rows(dsn: str, pipeline: str, table: str) -> Rows:
     return Rows(output, rejected)
 
 
-def footprint(dsn: str, pipeline: str, table: str) -> tuple:
+def footprint(dsn: str, pipeline: str, rows: Rows) -> tuple:
     """Everything a refused run must leave as it was: rows, ledger rows, positions (compared, never used)."""
-    rows = read_rows(dsn, pipeline, table)
     with psycopg.connect(dsn) as conn:
         ledger = conn.execute(
             "select topic, partition, start_offset, end_offset, kind from eosflow.ledger where pipeline = %s "
