@@ -210,7 +210,8 @@ def test_the_health_dag_checks_every_pipeline_against_n_of_its_intervals(dagbag)
     task, publishers = sorted(dagbag.dags["eosflow_health"].tasks, key=lambda t: t.task_id)
     assert task.task_id == "pipeline_health" and task.retries >= 2
     # every publisher of pipelines.yml, against EOSFLOW_PUBLISH_STALE_MINUTES (5)
-    assert publishers.task_id == "publisher_health" and tuple(publishers.op_args) == (["orders_published"], 300.0)
+    assert publishers.task_id == "publisher_health"
+    assert tuple(publishers.op_args) == (["orders_published"], 300.0)
     limits = task.op_args[0]
     assert set(limits) == {"orders", "orders_roundtrip"}  # every pipeline of pipelines.yml
     # EOSFLOW_STALE_INTERVALS (3) x EOSFLOW_INGEST_INTERVAL_MINUTES
