@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from airflow.sdk import get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -286,22 +287,9 @@ def pipeline_health(limits_s: dict[str, float]) -> dict:
     from eosflow.observe.health import check
 
     settings = EosflowHook().settings()
-    found, unchecked = [], []
-    for name, limit in limits_s.items():
-        try:
-            found.append(check(settings, name, limit))
-        except Exception as exc:  # noqa: BLE001 - one pipeline's trouble must not hide the others' verdicts
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            unchecked.append(f"pipeline {name}: could not be checked: {type(exc).__name__}: {first}")
-    for health in found:
-        log.info("%s", health.line())
-    for line in unchecked:
-        log.error("%s", line)
-    stale = [h.line() for h in found if not h.ok]
-    if stale:
-        raise AirflowFailException("; ".join(stale + unchecked))  # the next run looks again: no retry
-    if unchecked:  # Kafka or Postgres out of reach, a topic missing: a retry may see it back
-        raise RuntimeError("; ".join(unchecked))
+    found = _judge(
+        "pipeline", {n: (lambda n=n, lim=lim: check(settings, n, lim)) for n, lim in limits_s.items()}
+    )
     return {h.pipeline: {"lag": h.lag, "last_commit_age_s": h.last_commit_age_s} for h in found}
 
 
@@ -313,23 +301,31 @@ def publisher_health(names: list[str], limit_s: float) -> dict:
     from eosflow.observe.health import check_publisher
 
     settings = EosflowHook().settings()
+    found = _judge("publisher", {n: (lambda n=n: check_publisher(settings, n, limit_s)) for n in names})
+    return {h.publisher: {"held": h.held, "blocked_s": h.blocked_s} for h in found}
+
+
+def _judge(what: str, checks: dict[str, Callable[[], object]]) -> list:
+    """Run every check and log its verdict; fail without retry when one is stale (the next run looks
+    again), with retries when some could not be checked (Kafka or Postgres out of reach: a retry may see
+    them back). One's trouble never hides the others' verdicts."""
     found, unchecked = [], []
-    for name in names:
+    for name, check in checks.items():
         try:
-            found.append(check_publisher(settings, name, limit_s))
-        except Exception as exc:  # noqa: BLE001 - one publisher's trouble must not hide the others' verdicts
+            found.append(check())
+        except Exception as exc:  # noqa: BLE001 - reported beside the others' verdicts
             first = str(exc).splitlines()[0] if str(exc) else ""
-            unchecked.append(f"publisher {name}: could not be checked: {type(exc).__name__}: {first}")
+            unchecked.append(f"{what} {name}: could not be checked: {type(exc).__name__}: {first}")
     for health in found:
         log.info("%s", health.line())
     for line in unchecked:
         log.error("%s", line)
     stale = [h.line() for h in found if not h.ok]
     if stale:
-        raise AirflowFailException("; ".join(stale + unchecked))  # the next run looks again: no retry
+        raise AirflowFailException("; ".join(stale + unchecked))
     if unchecked:
         raise RuntimeError("; ".join(unchecked))
-    return {h.publisher: {"held": h.held, "blocked_s": h.blocked_s} for h in found}
+    return found
 
 
 @task(task_id="dbt_marts")

@@ -142,8 +142,11 @@ def _label(exc: BaseException) -> str:
     return "FAILED"
 
 
-class ScheduleMachine(RuleBasedStateMachine):
-    runner = "batch"  # which steps it draws (schedule_step's runners)
+class Bookkeeping(RuleBasedStateMachine):
+    """What every schedule machine keeps for the report: steps, faults, outcomes, the history a violation
+    lists (the batch machine here, the publisher's in tests/random/publisher.py)."""
+
+    runner = ""  # the subclass's: which runner it drives (the reports' and violations' name)
     # Set by the runner (tests/random/test_random_schedule.py, tests/random/soak.py).
     settings: Settings
     stats: Stats = Stats()
@@ -154,6 +157,43 @@ class ScheduleMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.uid = uuid.uuid4().hex[:8]
+        self.step_no = 0
+        self.since_heavy = 0
+        self.history: list[str] = []  # the steps so far, as the violation report lists them
+        self.stats.machines += 1
+        self._kind = "setup"
+        self._step_started = time.monotonic()
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def _begin(self, kind: str, heavy: bool = False) -> None:
+        self.step_no += 1
+        self.stats.steps[kind] += 1
+        self.since_heavy = 0 if heavy else self.since_heavy + 1
+        self._kind = kind
+        self._step_started = time.monotonic()
+        if self.trace:
+            print(f"[{self.uid}] step {self.step_no}: {kind}", flush=True)
+
+    def _outcome(self, what: str) -> None:
+        self.stats.outcomes[f"{self._kind}: {what}"] += 1
+
+    def _fault(self, what: str, n: int = 1) -> None:
+        self.stats.faults[what] += n
+
+    def _violation(self, message: str) -> None:
+        text = (
+            f"{self.runner} machine {self.uid}, step {self.step_no} ({self._kind}): {message}\n"
+            "steps of this machine:\n  " + "\n  ".join(self.history)
+        )
+        self.stats.violations.append(text)
+        raise Violation(text)
+
+
+class ScheduleMachine(Bookkeeping):
+    runner = "batch"  # which steps it draws (schedule_step's runners)
+
+    def __init__(self) -> None:
+        super().__init__()
         self.home = self.workdir / self.uid
         self.home.mkdir(parents=True, exist_ok=True)
         self.pipelines_file = self.home / "pipelines.yml"
@@ -164,17 +204,12 @@ class ScheduleMachine(RuleBasedStateMachine):
         if not getattr(type(self), "_migrated", False):  # a fresh warehouse (the soak's stack) too
             migrate(self.dsn, log=lambda m: None)
             type(self)._migrated = True
-        self.step_no = 0
-        self.since_heavy = 0
         self.partitions = 0
         self.started: dict[int, str] = {}  # partition -> "no" | "maybe" | "yes": has its history begun?
         # Runs to retry: (run id, partitions then, the unacknowledged losses it acknowledged, if it did).
         self.killed: list[tuple[str, int, set]] = []
         self.complete = False  # the step ended at a quiescent point
         self.pipes: list[PipelineModel] = []
-        self.history: list[str] = []  # the steps so far, as the violation report lists them
-        self.stats.machines += 1
-        self._step_started = time.monotonic()
 
     # -- the pipelines -----------------------------------------------------------------------------
     @property
@@ -218,30 +253,6 @@ class ScheduleMachine(RuleBasedStateMachine):
         """Another runner of the pipeline may commit at any moment (a stream): a run may then be fenced,
         and a refused run's footprint may change by the other's commits."""
         return False
-
-    # -- bookkeeping -------------------------------------------------------------------------------
-    def _begin(self, kind: str, heavy: bool = False) -> None:
-        self.step_no += 1
-        self.stats.steps[kind] += 1
-        self.since_heavy = 0 if heavy else self.since_heavy + 1
-        self._kind = kind
-        self._step_started = time.monotonic()
-        if self.trace:
-            print(f"[{self.uid}] step {self.step_no}: {kind}", flush=True)
-
-    def _outcome(self, what: str) -> None:
-        self.stats.outcomes[f"{self._kind}: {what}"] += 1
-
-    def _fault(self, what: str, n: int = 1) -> None:
-        self.stats.faults[what] += n
-
-    def _violation(self, message: str) -> None:
-        text = (
-            f"machine {self.uid}, step {self.step_no} ({getattr(self, '_kind', 'setup')}): {message}\n"
-            "steps of this machine:\n  " + "\n  ".join(self.history)
-        )
-        self.stats.violations.append(text)
-        raise Violation(text)
 
     def _heavy_ok(self) -> bool:
         return self.since_heavy >= self.heavy_gap
@@ -946,7 +957,7 @@ class ScheduleMachine(RuleBasedStateMachine):
                 )
             self._invariants(old)
         self.complete = False
-        self.stats.seconds[getattr(self, "_kind", "create topic")] += time.monotonic() - self._step_started
+        self.stats.seconds[self._kind] += time.monotonic() - self._step_started
 
     def _check_current(self) -> None:
         pipe = self.pipe

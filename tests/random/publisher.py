@@ -30,19 +30,18 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import yaml
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 from eosflow.publishers import load_publisher
 from eosflow.runners.publisher import PublisherFencedError, publish
 from eosflow.settings import Settings
 from eosflow.sources import outbox
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
-from tests.random.machine import Stats, Violation
+from tests.random.machine import Bookkeeping
 from tests.random.world import Proc
 
 # kind -> the columns' values (SQL literals); DEAD: the kinds that must go to the dead-letter topic.
@@ -82,18 +81,11 @@ class Row:
     key: str
 
 
-class PublisherMachine(RuleBasedStateMachine):
+class PublisherMachine(Bookkeeping):
     runner = "publisher"
-    # Set by the runner (tests/random/test_random_schedule.py, tests/random/soak.py).
-    settings: Settings
-    stats: Stats = Stats()
-    workdir: Path = Path("/tmp/eosflow-random")
-    heavy_gap: int = 3
-    trace: bool = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.uid = uuid.uuid4().hex[:8]
         self.home = self.workdir / f"pub-{self.uid}"
         self.home.mkdir(parents=True, exist_ok=True)
         self.name = f"p{self.uid}"
@@ -128,12 +120,6 @@ class PublisherMachine(RuleBasedStateMachine):
         self.held: list[tuple[psycopg.Connection, list[int]]] = []  # open transactions, across steps
         self.seen: set[tuple[str, int]] = set()
         self.complete = False
-        self.step_no = 0
-        self.since_heavy = 0
-        self.history: list[str] = []
-        self.stats.machines += 1
-        self._kind = "setup"
-        self._started = time.monotonic()
 
     def teardown(self) -> None:
         for conn, _ in self.held:
@@ -141,29 +127,6 @@ class PublisherMachine(RuleBasedStateMachine):
                 conn.rollback()
                 conn.close()
         self.held = []
-
-    # -- bookkeeping (as the schedule machine's) -----------------------------------------------------
-    def _begin(self, kind: str, heavy: bool = False) -> None:
-        self.step_no += 1
-        self.stats.steps[kind] += 1
-        self.since_heavy = 0 if heavy else self.since_heavy + 1
-        self._kind, self._started = kind, time.monotonic()
-        if self.trace:
-            print(f"[{self.uid}] step {self.step_no}: {kind}", flush=True)
-
-    def _outcome(self, what: str) -> None:
-        self.stats.outcomes[f"{self._kind}: {what}"] += 1
-
-    def _fault(self, what: str, n: int = 1) -> None:
-        self.stats.faults[what] += n
-
-    def _violation(self, message: str) -> None:
-        text = (
-            f"publisher machine {self.uid}, step {self.step_no} ({self._kind}): {message}\n"
-            "steps of this machine:\n  " + "\n  ".join(self.history)
-        )
-        self.stats.violations.append(text)
-        raise Violation(text)
 
     @rule(data=st.data())
     def step(self, data) -> None:
@@ -348,7 +311,7 @@ class PublisherMachine(RuleBasedStateMachine):
             self.stats.outcomes["quiescent points checked complete"] += 1
         self.seen |= present
         self.complete = False
-        self.stats.seconds[self._kind] += time.monotonic() - self._started
+        self.stats.seconds[self._kind] += time.monotonic() - self._step_started
         if bad:
             self._violation("the topics differ from the outbox's model:\n  " + "\n  ".join(bad[:12]))
 
