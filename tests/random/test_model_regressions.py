@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests.random.machine import ScheduleMachine
+
 pytestmark = pytest.mark.integration
 
 
-def test_a_run_killed_after_its_acknowledged_commit_settles_the_loss_before_any_retry(schedule_machine):
+def test_a_run_killed_after_its_acknowledged_commit_settles_the_loss_before_any_retry(bind_machine):
     # Found by seed 3340703636 (fresh-clone CI, 2026-11-23): an ingest acknowledging a loss was killed
     # right after its commit; the next scheduled run, before any retry, was flagged for committing
     # "without acknowledging" a loss the killed run had already recorded.
-    m = schedule_machine()
+    m = bind_machine(ScheduleMachine)()
     m.create_topic(partitions=1)
     m.produce(batches=[{"n": 10, "partitions": [0], "fate": "commit", "poison": []}])
     m.ingest(max_records=4, acknowledge=False)  # the history begins; offsets past 4 unread
