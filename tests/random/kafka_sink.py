@@ -69,6 +69,7 @@ class KafkaSinkMachine(ScheduleMachine):
 
     # in_commit: the ranges committed in Kafka (the truth), not yet mirrored in the ledger.
     committed_at = ("in_commit", "after_commit")
+    all_or_nothing = False  # a transaction per partition: two racing runs may each win some
 
     def crash_point(self, point: str) -> str:
         # A Kafka sink stages nothing: its tasks' own point stands where the warehouse stages.
@@ -166,6 +167,7 @@ class KafkaSinkMachine(ScheduleMachine):
             stopper.cancel()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+            _wait_for_broker(self.settings.kafka)  # the machine's own next requests need it answering
         self._fault("broker paused")
         code = proc.wait(timeout=600)
         self._outcome(EXIT_LABEL.get(code, f"exit {code}"))
@@ -197,6 +199,19 @@ def _records(kafka, topics: tuple[str, ...]):
 
 def _event_id(value: bytes | None) -> str | None:
     return None if value is None else json.loads(value).get("event_id")
+
+
+def _wait_for_broker(kafka, timeout: float = 60.0) -> None:
+    admin = AdminClient(dict(kafka))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=5)
+            return
+        except Exception:  # noqa: BLE001 - still waking up
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _wait_for(path: Path, proc, timeout: float) -> bool:

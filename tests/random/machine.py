@@ -247,6 +247,9 @@ class ScheduleMachine(Bookkeeping):
 
     # The fault points a run dies at having committed: the sink's truth holds its ranges.
     committed_at: tuple[str, ...] = ("after_commit",)
+    # A run commits all its partitions or none (one Postgres transaction); a Kafka sink commits each
+    # partition in a transaction of its own, so two racing runs may each win some and both end fenced.
+    all_or_nothing = True
 
     @property
     def racing(self) -> bool:
@@ -655,8 +658,12 @@ class ScheduleMachine(Bookkeeping):
             self._violation(
                 f"two concurrent runs ended: process {code}, in-process {label} {exc}\n{proc.tail(25)}"
             )
-        if labels == {"fenced"} and not self.racing:
+        if labels == {"fenced"} and not self.racing and self.all_or_nothing:
             self._violation("both concurrent runs were fenced: neither committed")
+        if labels == {"fenced"}:  # each may have committed some partitions: their histories may have begun
+            for p in range(self.partitions):
+                if self.started.get(p, "no") == "no":
+                    self.started[p] = "maybe"
         if "data loss refused" in labels and (acknowledge or not self._may_lose()):
             self._violation(
                 f"a concurrent run was refused for data loss (acknowledging: {acknowledge}) "
