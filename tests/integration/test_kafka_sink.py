@@ -9,6 +9,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from eosflow.ledger.mirror import FENCED
 from eosflow.sinks.kafka import produce
 from eosflow.verify import verify_pipeline
 from tests.kafka_reader import read_all, sources
@@ -336,3 +337,43 @@ def test_a_topic_re_created_with_fewer_partitions_is_refused_not_a_kafka_error(c
     with pytest.raises(TopicRecreatedError, match="was deleted and re-created"):
         case.ingest()
     assert len(read_all(case.settings, case.output_topic)) == before
+
+
+@pytest.mark.parametrize("learns", ["while producing", "at commit"])
+def test_a_range_fenced_while_its_records_wait_in_the_queue_ends_fenced_not_failed(case, learns):
+    """A newer holder of the transactional id fences this attempt while its records are still queued:
+    librdkafka purges them (`_PURGE_QUEUE` delivery reports), which failed the task instead of FENCED."""
+    from eosflow.runners import job
+
+    case.as_kafka_sink()
+    case.produce(20, seed=23, partitions=1)
+    plan, _ = job.prepare(case.settings, case.name, "purged", log=lambda m: None)
+    pipeline = case.pipeline
+    (part,) = plan.partitions
+    zombie = produce.RangeTransaction(
+        case.settings.kafka, case.name, pipeline.delivery, pipeline.sink, part, plan.batch_id
+    )
+    newer = produce.RangeTransaction(
+        case.settings.kafka, case.name, pipeline.delivery, pipeline.sink, part, plan.batch_id
+    )
+    try:
+        assert zombie.open() == (None, "")
+        assert newer.open() == (None, "")  # init_transactions: the zombie's epoch is now stale
+        offsets = range(part.range.start, part.range.end)
+        for offset in offsets[:10]:
+            zombie.produce(case.output_topic, b"k", b'{"n": 1}', offset)
+        deadline = time.monotonic() + 30
+        while learns == "while producing" and zombie.fatal is None and time.monotonic() < deadline:
+            zombie.poll(0.5)  # learns it is fenced: what is queued is purged
+        assert learns == "at commit" or zombie.fatal is not None
+        for offset in offsets[10:]:  # records after that are not produced
+            zombie.produce(case.output_topic, b"k", b'{"n": 1}', offset)
+        zombie.count(list(range(part.range.start, part.range.end)), part.range.span, 0)
+        outcome = zombie.commit()
+    finally:
+        zombie.close()
+        newer.producer.abort_transaction(10)
+        newer.close()
+    assert outcome.outcome == FENCED, outcome
+    assert "fenced" in outcome.detail
+    assert read_all(case.settings, case.output_topic) == []

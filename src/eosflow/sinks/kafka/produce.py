@@ -171,6 +171,8 @@ class RangeTransaction:
             }
         )
         self.read = self.written = self.rejected = 0
+        self.fatal: KafkaError | None = None  # what made the producer unusable (fenced, most often)
+        self.undelivered: str | None = None  # at_least_once: the first failed delivery
         self.began = time.monotonic()
         self.lo: int | None = None
         self.hi: int | None = None
@@ -216,12 +218,36 @@ class RangeTransaction:
             value = None
         if error is not None:
             headers.append((ERROR_HEADER, error.encode()))
+        if self.fatal is not None:
+            return as_asked  # nothing more can commit: commit() says why
+        # Inside a transaction a failed delivery fails commit_transaction, naming the cause; and no
+        # Python callback may run after a fatal error (confluent-kafka raises that error from the same
+        # poll, so purged records' reports would run with it pending).
+        report = None if self.transactional else functools.partial(self.delivered, topic)
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=_raise_failed)
+                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
                 return as_asked
             except BufferError:  # the local queue is full: let deliveries drain, then retry
-                self.producer.poll(0.1)
+                self.poll(0.1)
+                if self.fatal is not None:
+                    return as_asked
+            except KafkaException as exc:  # a fatal producer refuses new records
+                self.fatal = exc.args[0]
+                return as_asked
+
+    def poll(self, timeout: float = 0) -> None:
+        """Serve delivery reports; a fatal error (this attempt was fenced) is kept for commit()."""
+        try:
+            self.producer.poll(timeout)
+        except KafkaException as exc:
+            if not exc.args[0].fatal():
+                raise
+            self.fatal = exc.args[0]
+
+    def delivered(self, topic: str, error: KafkaError | None, _message) -> None:
+        if error is not None and self.undelivered is None:
+            self.undelivered = f"delivery to {topic} failed: {error.str()}"
 
     def count(self, offsets: Sequence[int], written: int, rejected: int) -> None:
         if offsets:
@@ -253,6 +279,8 @@ class RangeTransaction:
         ]
         if self.transactional:
             try:
+                if self.fatal is not None:
+                    raise KafkaException(self.fatal)
                 remaining = self.producer.flush(_TIMEOUT_S)
                 if remaining:
                     raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
@@ -279,6 +307,8 @@ class RangeTransaction:
             remaining = self.producer.flush(_TIMEOUT_S)
             if remaining:
                 raise TimeoutError(f"{r}: {remaining} records not delivered in {_TIMEOUT_S:.0f}s")
+            if self.undelivered is not None:  # before the offsets: what was not delivered is read again
+                raise RuntimeError(f"{r}: {self.undelivered}; its offsets were not committed")
             fault_point("in_kafka_transaction")  # records delivered, offsets not committed
             self.consumer.commit(offsets=offsets, asynchronous=False)
         return self.outcome(COMMITTED)
@@ -319,13 +349,6 @@ def committed(consumer, partitions: list, timeout_s: float, sleep=time.sleep) ->
 
 
 _FENCED_CODES = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
-
-
-def _raise_failed(error, message) -> None:
-    # A failed delivery inside a transaction makes commit_transaction fail (nothing commits);
-    # outside one (at_least_once) it must fail the task before the offsets are committed.
-    if error is not None:
-        raise RuntimeError(f"delivery to {message.topic()} failed: {error}")
 
 
 def range_producer(
@@ -373,7 +396,7 @@ def range_producer(
                     else:
                         txn.produce(sink.dead_letter_topic, keys[i], values[i], offsets[i], error)
                 txn.count(offsets, written, len(offsets) - written)
-                txn.producer.poll(0)
+                txn.poll()
             if txn is not None and result is None:
                 result = txn.commit()
         finally:
