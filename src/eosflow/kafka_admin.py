@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -70,3 +73,39 @@ def create_topics(client: AdminClient, topics: list, log=print, timeout_s: float
                     f"could not create topic {topic!r}: {exc.args[0].str()}; create it yourself or give "
                     "eosflow's Kafka user the right to"
                 ) from exc
+
+
+# librdkafka's message.max.bytes (and batch.size) unless the Kafka settings say otherwise.
+PRODUCER_MAX_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class RecordLimit:
+    """The largest record batch every topic a producer writes accepts, and whose limit that is."""
+
+    bytes: int
+    source: str = "message.max.bytes"
+
+    def __str__(self) -> str:
+        return f"{self.source} ({self.bytes:,})"
+
+    def producer_config(self) -> dict[str, int]:
+        """A batch above a topic's max.message.bytes is refused whole, small records and all."""
+        return {"batch.size": self.bytes} if self.bytes < PRODUCER_MAX_BYTES else {}
+
+
+def record_limit(kafka: str | KafkaConfig, topics: Sequence[str], timeout_s: float = 30.0) -> RecordLimit:
+    """The producer's message.max.bytes, or a topic's own max.message.bytes where that is lower: the broker
+    refuses a record batch above it, so a record that cannot fit must become a dead letter before it is
+    produced (else it fails the transaction, or is lost by an at-least-once producer)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    producer = {} if isinstance(kafka, str) else dict(kafka)
+    limit = RecordLimit(int(producer.get("message.max.bytes", PRODUCER_MAX_BYTES)))
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    client = admin(kafka)  # kept: the futures fail if the client is collected first
+    for resource, future in client.describe_configs(resources).items():
+        entry = future.result(timeout=timeout_s).get("max.message.bytes")
+        if entry is not None and entry.value and int(entry.value) < limit.bytes:
+            limit = RecordLimit(int(entry.value), f"{resource.name}'s max.message.bytes")
+    return limit

@@ -256,6 +256,33 @@ def test_records_above_message_max_bytes_become_dead_letters_instead_of_failing_
     assert verify_pipeline(case.settings, case.name).ok
 
 
+def test_a_record_above_the_output_topics_max_message_bytes_is_a_dead_letter_not_a_failed_run(case):
+    """The output topic's own max.message.bytes (below the producer's) refused the record at the broker:
+    the commit failed, run after run."""
+    from eosflow.kafka_admin import ensure_topic
+
+    case.as_kafka_sink(max_value_bytes=100_000)
+    case.write_config(
+        columns=[{"name": "id", "type": "text"}, {"name": "body", "type": "text"}], business_key=None
+    )
+    case.create_topic(1)
+    ensure_topic(case.settings.bootstrap_servers, case.output_topic, 1, config={"max.message.bytes": "8192"})
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    for value in (
+        b'{"id": "small", "body": "s"}',
+        json.dumps({"id": "big", "body": "x" * 20_000}).encode(),
+    ):
+        producer.produce(case.topic, value=value, partition=0)
+    producer.flush(30)
+    assert case.ingest().outcome == "committed"
+    assert [json.loads(m.value())["id"] for m in read_all(case.settings, case.output_topic)] == ["small"]
+    (dead,) = read_all(case.settings, f"{case.output_topic}.rejected")
+    assert dead.value() is None
+    reason = dict(dead.headers())["eosflow-error"]
+    assert f"{case.output_topic}'s max.message.bytes (8,192)".encode() in reason
+    assert verify_pipeline(case.settings, case.name).ok
+
+
 def test_a_range_slower_than_its_transaction_timeout_stops_the_run_saying_so(case, tmp_path):
     """A range that took longer than transaction_timeout_ms was aborted by the broker, reported FENCED
     (no other run existed) and re-planned identically forever. The broker's abort is only noticed at its

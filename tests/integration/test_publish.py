@@ -13,6 +13,7 @@ from collections import Counter
 import psycopg
 import pytest
 
+from eosflow.ledger import outbox_position as position
 from tests.kafka_reader import read_all
 from tests.outbox import Outbox
 
@@ -211,6 +212,45 @@ def test_a_row_larger_than_a_kafka_message_is_a_dead_letter_naming_it(case):
     (dead,) = read_all(outbox.settings, outbox.publisher.rejected_topic)
     assert dead.value() is None and _headers(dead)["eosflow-row-id"] == b"2"
     assert b"above message.max.bytes" in _headers(dead)["eosflow-error"]
+
+
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_a_row_above_its_topics_max_message_bytes_is_a_dead_letter_not_lost_or_stuck(case, delivery):
+    """The topic's own max.message.bytes (below the producer's) refused the record at the broker: at least
+    once lost it silently (the position moved past it), exactly once failed every run."""
+    from eosflow.kafka_admin import ensure_topic
+
+    outbox = _outbox_table(
+        case,
+        "id bigint primary key, aggregate text not null, body text",
+        ["insert into {t} values (1, 'a', 'small'), (2, 'a', repeat('x', 20000)), (3, 'a', 'small')"],
+        delivery=delivery,
+    )
+    ensure_topic(outbox.settings.bootstrap_servers, outbox.topic, 1, config={"max.message.bytes": "8192"})
+    summary = outbox.publish()
+    assert (summary.rows, summary.rejected) == (3, 1)
+    assert sorted(json.loads(m.value())["id"] for m in read_all(outbox.settings, outbox.topic)) == [1, 3]
+    (dead,) = read_all(outbox.settings, outbox.publisher.rejected_topic)
+    assert dead.value() is None and _headers(dead)["eosflow-row-id"] == b"2"
+    assert f"{outbox.topic}'s max.message.bytes (8,192)".encode() in _headers(dead)["eosflow-error"]
+
+
+def test_an_at_least_once_batch_the_broker_refused_keeps_its_position(case):
+    """at_least_once stored the position after flush() whether or not the records were delivered: a
+    topic that refuses them (here a compacted one, and rows without a key) lost the batch silently."""
+    from eosflow.kafka_admin import ensure_topic
+
+    outbox = _outbox_table(
+        case,
+        "id bigint primary key, aggregate text, body text",
+        ["insert into {t} values (1, null, 'keyless'), (2, 'a', 'keyed')"],
+        delivery="at_least_once",
+    )
+    ensure_topic(outbox.settings.bootstrap_servers, outbox.topic, 1, config={"cleanup.policy": "compact"})
+    with pytest.raises(RuntimeError, match="not delivered .*the position was not stored"):
+        outbox.publish()
+    with psycopg.connect(outbox.settings.warehouse_dsn) as conn:
+        assert position.read_stored(conn, outbox.publisher) is None
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from eosflow.faults import fault_point
+from eosflow.kafka_admin import RecordLimit, record_limit
 from eosflow.ledger import outbox_position as position
 from eosflow.ledger.migrate import migrate
 from eosflow.publishers import Publisher
@@ -32,7 +33,6 @@ ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
 # A dead letter's coordinates and reason (the error header is the one the Kafka sink's dead letters carry).
 TABLE_HEADER, ERROR_HEADER = "eosflow-table", "eosflow-error"
 _TIMEOUT_S = 60.0
-_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes unless the Kafka settings say otherwise
 _RECORD_OVERHEAD = 512  # a record's framing beyond its key, value and headers, generously
 
 
@@ -108,12 +108,21 @@ def publish(
         id_type = outbox.prepare(conn, publisher, log)
         outbox.configure_reads(conn)
         position.ensure_topics(settings.kafka, publisher, log)
+        limit = record_limit(settings.kafka, [publisher.topic, publisher.rejected_topic])
+        failed = _Undelivered()
         exactly_once = publisher.delivery == "exactly_once"
-        config = {**settings.kafka, "enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        config = {
+            **settings.kafka,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            **limit.producer_config(),
+        }
         if exactly_once:
             config["transactional.id"] = transactional_id(publisher)
+        else:  # no transaction to fail: a record the broker refused must fail the batch before its position
+            config["on_delivery"] = failed.record
         producer = Producer(config)
-        max_bytes = int(config.get("message.max.bytes", _MAX_BYTES))
         if exactly_once:
             producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
             current = position.read(settings.kafka, publisher)  # only after the fencing
@@ -139,9 +148,9 @@ def publish(
                     time.sleep(publisher.batch_seconds)
                     continue
                 if exactly_once:
-                    current, rejected = _one_transaction(producer, publisher, rows, max_bytes)
+                    current, rejected = _one_transaction(producer, publisher, rows, limit)
                 else:
-                    current, rejected = _produce_then_store(conn, producer, publisher, rows, max_bytes)
+                    current, rejected = _produce_then_store(conn, producer, publisher, rows, limit, failed)
                 if rejected:
                     log(
                         f"publisher {publisher.name}: {rejected} row(s) JSON cannot carry went to "
@@ -173,10 +182,10 @@ def publish(
 
 
 def _one_transaction(
-    producer, publisher: Publisher, rows: list[dict], max_bytes: int
+    producer, publisher: Publisher, rows: list[dict], limit: RecordLimit
 ) -> tuple[Position, int]:
     producer.begin_transaction()
-    rejected = _produce_rows(producer, publisher, rows, max_bytes)
+    rejected = _produce_rows(producer, publisher, rows, limit)
     last = outbox.position_of(rows[-1], publisher)
     _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
@@ -186,14 +195,19 @@ def _one_transaction(
 
 
 def _produce_then_store(
-    conn, producer, publisher: Publisher, rows: list[dict], max_bytes: int
+    conn, producer, publisher: Publisher, rows: list[dict], limit: RecordLimit, failed: _Undelivered
 ) -> tuple[Position, int]:
     """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
-    rejected = _produce_rows(producer, publisher, rows, max_bytes)
+    rejected = _produce_rows(producer, publisher, rows, limit)
     remaining = producer.flush(_TIMEOUT_S)
     if remaining:
         raise TimeoutError(
             f"{remaining} records of publisher {publisher.name} not delivered in {_TIMEOUT_S:.0f}s"
+        )
+    if failed.error is not None:
+        raise RuntimeError(
+            f"publisher {publisher.name}: a record was not delivered ({failed.error.str()}); the position "
+            "was not stored, so the next run publishes the batch again"
         )
     fault_point("publish_in_transaction")  # the records delivered, the position not stored
     last = outbox.position_of(rows[-1], publisher)
@@ -201,7 +215,18 @@ def _produce_then_store(
     return last, rejected
 
 
-def _produce_rows(producer, publisher: Publisher, rows: list[dict], max_bytes: int) -> int:
+class _Undelivered:
+    """at_least_once: the first record the broker refused (delivery reports are served by flush)."""
+
+    def __init__(self) -> None:
+        self.error = None
+
+    def record(self, error, _message) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+
+
+def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: RecordLimit) -> int:
     """Each row to the topic, or, if it cannot be published, to the dead-letter topic with the reason
     (in the same transaction); returns how many were rejected."""
     rejected = 0
@@ -213,12 +238,12 @@ def _produce_rows(producer, publisher: Publisher, rows: list[dict], max_bytes: i
             value, reason = outbox.rejected_value(row), str(exc)
         else:
             size = len(value) + len(key or b"") + sum(len(k) + len(v) for k, v in headers)
-            if size <= max_bytes - _RECORD_OVERHEAD:
+            if size <= limit.bytes - _RECORD_OVERHEAD:
                 _produce(producer, publisher.topic, key, value, headers)
                 continue
             value, reason = (
                 None,
-                f"the row is {size:,} bytes as JSON, above message.max.bytes ({max_bytes:,})",
+                f"the row is {size:,} bytes as JSON, above {limit}",
             )
         headers = [*headers, (TABLE_HEADER, publisher.table.encode()), (ERROR_HEADER, reason.encode())]
         _produce(producer, publisher.rejected_topic, key, value, headers)

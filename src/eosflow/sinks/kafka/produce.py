@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
+from eosflow.kafka_admin import PRODUCER_MAX_BYTES, RecordLimit, record_limit
 from eosflow.ledger.mirror import FENCED, TIMED_OUT, RangeOutcome
 from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
@@ -57,7 +58,6 @@ SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
     "eosflow-source-offset",
 )
 ERROR_HEADER = "eosflow-error"
-_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes unless the Kafka settings say otherwise
 _RECORD_OVERHEAD = 512  # a record's framing and headers beyond its key and value, generously
 _TIMEOUT_S = 60.0
 OUTCOME_SCHEMA = (
@@ -148,20 +148,28 @@ class RangeTransaction:
         sink: Output,
         part: PartitionPlan,
         batch_id: str,
+        limit: RecordLimit | None = None,
     ) -> None:
+        """limit: the output topics' record limit (kafka_admin.record_limit), asked once by the driver."""
         from confluent_kafka import Consumer, Producer
 
         self.part, self.batch_id, self.sink = part, batch_id, sink
         self.group = group_id(pipeline)
         self.transactional = delivery == "exactly_once"
-        producer_config = {**kafka, "enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        self.limit = limit or RecordLimit(int(kafka.get("message.max.bytes", PRODUCER_MAX_BYTES)))
+        producer_config = {
+            **kafka,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            **self.limit.producer_config(),
+        }
         if self.transactional:
             producer_config |= {
                 "transactional.id": transactional_id(pipeline, part.range.topic, part.range.partition),
                 "transaction.timeout.ms": sink.transaction_timeout_ms,
             }
         self.producer = Producer(producer_config)
-        self.max_bytes = int(producer_config.get("message.max.bytes", _MAX_BYTES))
         self.consumer = Consumer(
             {
                 **kafka,
@@ -209,8 +217,8 @@ class RangeTransaction:
         ]
         as_asked = True
         size = len(value or b"") + len(key or b"")
-        if size > self.max_bytes - _RECORD_OVERHEAD:
-            too_large = f"the record is {size:,} bytes, above message.max.bytes ({self.max_bytes:,})"
+        if size > self.limit.bytes - _RECORD_OVERHEAD:
+            too_large = f"the record is {size:,} bytes, above {self.limit}"
             if error is None:
                 topic, error, as_asked = self.sink.dead_letter_topic, f"output {too_large}", False
             else:
@@ -357,6 +365,7 @@ def range_producer(
     plan: Plan,
     check: BatchCheck,
     encode: Callable[[Sequence[object]], bytes] | None = None,
+    limit: RecordLimit | None = None,
 ) -> Callable[[Iterator], Iterator]:
     """The function each Spark task runs over the Arrow batches of its one planned range (mapInArrow).
 
@@ -379,7 +388,7 @@ def range_producer(
                     continue  # drained: Spark hands the whole range either way
                 if txn is None:
                     key = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
-                    txn = RangeTransaction(kafka, name, delivery, sink, parts[key], batch_id)
+                    txn = RangeTransaction(kafka, name, delivery, sink, parts[key], batch_id, limit)
                     outcome, why = txn.open()
                     if outcome is not None:
                         result = txn.outcome(outcome, why)
@@ -461,9 +470,10 @@ def produce_plan(
     """Run every planned range's transaction: in the Spark tasks, then the record-less ones here."""
     from eosflow.transform import arrow_source
 
+    limit = record_limit(kafka, [pipeline.sink.output_topic, pipeline.sink.dead_letter_topic])
     rows = (
         arrow_source(source)
-        .mapInArrow(range_producer(kafka, pipeline, plan, check, encode), OUTCOME_SCHEMA)
+        .mapInArrow(range_producer(kafka, pipeline, plan, check, encode, limit), OUTCOME_SCHEMA)
         .collect()
     )
     outcomes = {
