@@ -80,11 +80,13 @@ PRODUCER_MAX_BYTES = 1_000_000
 
 
 @dataclass(frozen=True)
-class RecordLimit:
-    """The largest record batch every topic a producer writes accepts, and whose limit that is."""
+class TopicLimits:
+    """What the topics a producer writes accept: the largest record batch (and whose limit that is), and
+    which of them are compacted (Kafka refuses a record without a key there)."""
 
     bytes: int
     source: str = "message.max.bytes"
+    compacted: frozenset[str] = frozenset()
 
     def __str__(self) -> str:
         return f"{self.source} ({self.bytes:,})"
@@ -93,19 +95,40 @@ class RecordLimit:
         """A batch above a topic's max.message.bytes is refused whole, small records and all."""
         return {"batch.size": self.bytes} if self.bytes < PRODUCER_MAX_BYTES else {}
 
+    def keyless_refused(self, topic: str) -> str | None:
+        """Why `topic` would refuse a record without a key, or None."""
+        if topic in self.compacted:
+            return f"{topic} is compacted (cleanup.policy compact): Kafka refuses records without a key"
+        return None
 
-def record_limit(kafka: str | KafkaConfig, topics: Sequence[str], timeout_s: float = 30.0) -> RecordLimit:
-    """The producer's message.max.bytes, or a topic's own max.message.bytes where that is lower: the broker
-    refuses a record batch above it, so a record that cannot fit must become a dead letter before it is
-    produced (else it fails the transaction, or is lost by an at-least-once producer)."""
+    def refuse_a_compacted_dead_letter_topic(self, topic: str) -> None:
+        """Dead letters keep the key they had, often none; and compaction would delete all but one per key."""
+        if topic in self.compacted:
+            raise PipelineConfigError(
+                f"dead-letter topic {topic} is compacted (cleanup.policy compact): it would refuse a dead "
+                "letter without a key and keep only the last one of each key. Nothing was produced; give "
+                "dead_letter_topic a topic with cleanup.policy delete"
+            )
+
+
+def topic_limits(kafka: str | KafkaConfig, topics: Sequence[str], timeout_s: float = 30.0) -> TopicLimits:
+    """The producer's message.max.bytes, or a topic's own max.message.bytes where that is lower (the broker
+    refuses a record batch above it), and the compacted ones: a record a topic cannot take must become a
+    dead letter before it is produced, else it fails the transaction, or is lost by an at-least-once
+    producer."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     producer = {} if isinstance(kafka, str) else dict(kafka)
-    limit = RecordLimit(int(producer.get("message.max.bytes", PRODUCER_MAX_BYTES)))
+    limit, source = int(producer.get("message.max.bytes", PRODUCER_MAX_BYTES)), "message.max.bytes"
+    compacted = set()
     resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
     client = admin(kafka)  # kept: the futures fail if the client is collected first
     for resource, future in client.describe_configs(resources).items():
-        entry = future.result(timeout=timeout_s).get("max.message.bytes")
-        if entry is not None and entry.value and int(entry.value) < limit.bytes:
-            limit = RecordLimit(int(entry.value), f"{resource.name}'s max.message.bytes")
-    return limit
+        config = future.result(timeout=timeout_s)
+        entry = config.get("max.message.bytes")
+        if entry is not None and entry.value and int(entry.value) < limit:
+            limit, source = int(entry.value), f"{resource.name}'s max.message.bytes"
+        policy = config.get("cleanup.policy")
+        if policy is not None and "compact" in (policy.value or ""):
+            compacted.add(resource.name)
+    return TopicLimits(limit, source, frozenset(compacted))

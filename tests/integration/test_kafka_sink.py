@@ -283,6 +283,39 @@ def test_a_record_above_the_output_topics_max_message_bytes_is_a_dead_letter_not
     assert verify_pipeline(case.settings, case.name).ok
 
 
+def test_a_keyless_output_record_for_a_compacted_topic_is_a_dead_letter_not_a_failed_run(case):
+    """A compacted output topic refuses a record without a key: the commit failed, run after run."""
+    from eosflow.kafka_admin import ensure_topic
+
+    case.as_kafka_sink()
+    case.write_config(columns=[{"name": "id", "type": "text"}], business_key=None)
+    case.create_topic(1)
+    ensure_topic(case.settings.bootstrap_servers, case.output_topic, 1, config={"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    producer.produce(case.topic, key=b"k", value=b'{"id": "keyed"}', partition=0)
+    producer.produce(case.topic, value=b'{"id": "keyless"}', partition=0)
+    producer.flush(30)
+    assert case.ingest().outcome == "committed"
+    assert [json.loads(m.value())["id"] for m in read_all(case.settings, case.output_topic)] == ["keyed"]
+    (dead,) = read_all(case.settings, f"{case.output_topic}.rejected")
+    assert json.loads(dead.value())["id"] == "keyless"
+    assert f"{case.output_topic} is compacted".encode() in dict(dead.headers())["eosflow-error"]
+    assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_a_compacted_dead_letter_topic_is_refused_before_planning(case):
+    from eosflow.errors import PipelineConfigError
+    from eosflow.kafka_admin import ensure_topic
+
+    case.as_kafka_sink()
+    case.produce(10, seed=24, partitions=1)
+    dead = f"{case.output_topic}.rejected"
+    ensure_topic(case.settings.bootstrap_servers, dead, 1, config={"cleanup.policy": "compact"})
+    with pytest.raises(PipelineConfigError, match="cleanup.policy delete"):
+        case.ingest()
+    assert case.query("select count(*) from eosflow.plans where pipeline = %s", case.name) == [(0,)]
+
+
 def test_a_range_slower_than_its_transaction_timeout_stops_the_run_saying_so(case, tmp_path):
     """A range that took longer than transaction_timeout_ms was aborted by the broker, reported FENCED
     (no other run existed) and re-planned identically forever. The broker's abort is only noticed at its

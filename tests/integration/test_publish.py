@@ -237,20 +237,41 @@ def test_a_row_above_its_topics_max_message_bytes_is_a_dead_letter_not_lost_or_s
 
 def test_an_at_least_once_batch_the_broker_refused_keeps_its_position(case):
     """at_least_once stored the position after flush() whether or not the records were delivered: a
-    topic that refuses them (here a compacted one, and rows without a key) lost the batch silently."""
+    topic that refuses them (here: no record older than its arrival, message.timestamp.before.max.ms 0)
+    lost the batch silently."""
+    from eosflow.kafka_admin import ensure_topic
+
+    outbox = Outbox(case, delivery="at_least_once")
+    with psycopg.connect(outbox.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 3)
+    strict = {"message.timestamp.before.max.ms": "0"}
+    ensure_topic(outbox.settings.bootstrap_servers, outbox.topic, 1, config=strict)
+    with pytest.raises(RuntimeError, match="not delivered .*the position was not stored"):
+        outbox.publish()
+    with psycopg.connect(outbox.settings.warehouse_dsn) as conn:
+        assert position.read_stored(conn, outbox.publisher) is None
+
+
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_a_keyless_row_for_a_compacted_topic_is_a_dead_letter_not_lost_or_stuck(case, delivery):
+    """A compacted topic refuses a record without a key: exactly once failed every run on such a row,
+    at least once lost its batch."""
     from eosflow.kafka_admin import ensure_topic
 
     outbox = _outbox_table(
         case,
         "id bigint primary key, aggregate text, body text",
         ["insert into {t} values (1, null, 'keyless'), (2, 'a', 'keyed')"],
-        delivery="at_least_once",
+        delivery=delivery,
     )
     ensure_topic(outbox.settings.bootstrap_servers, outbox.topic, 1, config={"cleanup.policy": "compact"})
-    with pytest.raises(RuntimeError, match="not delivered .*the position was not stored"):
-        outbox.publish()
-    with psycopg.connect(outbox.settings.warehouse_dsn) as conn:
-        assert position.read_stored(conn, outbox.publisher) is None
+    summary = outbox.publish()
+    assert (summary.rows, summary.rejected) == (2, 1)
+    assert [json.loads(m.value())["id"] for m in read_all(outbox.settings, outbox.topic)] == [2]
+    (dead,) = read_all(outbox.settings, outbox.publisher.rejected_topic)
+    assert _headers(dead)["eosflow-row-id"] == b"1"
+    assert f"{outbox.topic} is compacted".encode() in _headers(dead)["eosflow-error"]
+    assert json.loads(dead.value())["body"] == "keyless"  # the row itself: nothing is lost
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from eosflow.faults import fault_point
-from eosflow.kafka_admin import RecordLimit, record_limit
+from eosflow.kafka_admin import TopicLimits, topic_limits
 from eosflow.ledger import outbox_position as position
 from eosflow.ledger.migrate import migrate
 from eosflow.publishers import Publisher
@@ -108,7 +108,8 @@ def publish(
         id_type = outbox.prepare(conn, publisher, log)
         outbox.configure_reads(conn)
         position.ensure_topics(settings.kafka, publisher, log)
-        limit = record_limit(settings.kafka, [publisher.topic, publisher.rejected_topic])
+        limit = topic_limits(settings.kafka, [publisher.topic, publisher.rejected_topic])
+        limit.refuse_a_compacted_dead_letter_topic(publisher.rejected_topic)
         failed = _Undelivered()
         exactly_once = publisher.delivery == "exactly_once"
         config = {
@@ -182,7 +183,7 @@ def publish(
 
 
 def _one_transaction(
-    producer, publisher: Publisher, rows: list[dict], limit: RecordLimit
+    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits
 ) -> tuple[Position, int]:
     producer.begin_transaction()
     rejected = _produce_rows(producer, publisher, rows, limit)
@@ -195,7 +196,7 @@ def _one_transaction(
 
 
 def _produce_then_store(
-    conn, producer, publisher: Publisher, rows: list[dict], limit: RecordLimit, failed: _Undelivered
+    conn, producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, failed: _Undelivered
 ) -> tuple[Position, int]:
     """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
     rejected = _produce_rows(producer, publisher, rows, limit)
@@ -226,7 +227,7 @@ class _Undelivered:
             self.error = error
 
 
-def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: RecordLimit) -> int:
+def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: TopicLimits) -> int:
     """Each row to the topic, or, if it cannot be published, to the dead-letter topic with the reason
     (in the same transaction); returns how many were rejected."""
     rejected = 0
@@ -238,13 +239,15 @@ def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: Recor
             value, reason = outbox.rejected_value(row), str(exc)
         else:
             size = len(value) + len(key or b"") + sum(len(k) + len(v) for k, v in headers)
-            if size <= limit.bytes - _RECORD_OVERHEAD:
+            keyless = limit.keyless_refused(publisher.topic) if key is None else None
+            if keyless is not None:
+                column = publisher.key_column or "none declared"
+                reason = f"the row has no key (key column: {column}) and {keyless}"
+            elif size <= limit.bytes - _RECORD_OVERHEAD:
                 _produce(producer, publisher.topic, key, value, headers)
                 continue
-            value, reason = (
-                None,
-                f"the row is {size:,} bytes as JSON, above {limit}",
-            )
+            else:
+                value, reason = None, f"the row is {size:,} bytes as JSON, above {limit}"
         headers = [*headers, (TABLE_HEADER, publisher.table.encode()), (ERROR_HEADER, reason.encode())]
         _produce(producer, publisher.rejected_topic, key, value, headers)
         rejected += 1

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
-from eosflow.kafka_admin import PRODUCER_MAX_BYTES, RecordLimit, record_limit
+from eosflow.kafka_admin import PRODUCER_MAX_BYTES, TopicLimits, topic_limits
 from eosflow.ledger.mirror import FENCED, TIMED_OUT, RangeOutcome
 from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
@@ -148,15 +148,15 @@ class RangeTransaction:
         sink: Output,
         part: PartitionPlan,
         batch_id: str,
-        limit: RecordLimit | None = None,
+        limit: TopicLimits | None = None,
     ) -> None:
-        """limit: the output topics' record limit (kafka_admin.record_limit), asked once by the driver."""
+        """limit: the output topics' record limit (kafka_admin.topic_limits), asked once by the driver."""
         from confluent_kafka import Consumer, Producer
 
         self.part, self.batch_id, self.sink = part, batch_id, sink
         self.group = group_id(pipeline)
         self.transactional = delivery == "exactly_once"
-        self.limit = limit or RecordLimit(int(kafka.get("message.max.bytes", PRODUCER_MAX_BYTES)))
+        self.limit = limit or TopicLimits(int(kafka.get("message.max.bytes", PRODUCER_MAX_BYTES)))
         producer_config = {
             **kafka,
             "enable.idempotence": True,
@@ -216,6 +216,13 @@ class RangeTransaction:
             (SOURCE_OFFSET, str(offset).encode()),
         ]
         as_asked = True
+        keyless = self.limit.keyless_refused(topic) if key is None and error is None else None
+        if keyless is not None:  # the output record, as it would have been, with the reason
+            topic, error, as_asked = (
+                self.sink.dead_letter_topic,
+                f"the output record has no key and {keyless}",
+                False,
+            )
         size = len(value or b"") + len(key or b"")
         if size > self.limit.bytes - _RECORD_OVERHEAD:
             too_large = f"the record is {size:,} bytes, above {self.limit}"
@@ -365,7 +372,7 @@ def range_producer(
     plan: Plan,
     check: BatchCheck,
     encode: Callable[[Sequence[object]], bytes] | None = None,
-    limit: RecordLimit | None = None,
+    limit: TopicLimits | None = None,
 ) -> Callable[[Iterator], Iterator]:
     """The function each Spark task runs over the Arrow batches of its one planned range (mapInArrow).
 
@@ -470,7 +477,7 @@ def produce_plan(
     """Run every planned range's transaction: in the Spark tasks, then the record-less ones here."""
     from eosflow.transform import arrow_source
 
-    limit = record_limit(kafka, [pipeline.sink.output_topic, pipeline.sink.dead_letter_topic])
+    limit = topic_limits(kafka, [pipeline.sink.output_topic, pipeline.sink.dead_letter_topic])
     rows = (
         arrow_source(source)
         .mapInArrow(range_producer(kafka, pipeline, plan, check, encode, limit), OUTCOME_SCHEMA)

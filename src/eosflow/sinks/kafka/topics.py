@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from eosflow.kafka_admin import create_topics
+from eosflow.kafka_admin import create_topics, topic_limits
 from eosflow.pipelines import Pipeline, PipelineConfigError
 
 _TIMEOUT_S = 30.0
@@ -31,6 +31,7 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
 
         # As many partitions as the source; replication -1: the cluster's default.replication.factor.
         create_topics(client, [NewTopic(t, partitions, -1) for t in missing], log)
+    topic_limits(kafka, [sink.dead_letter_topic]).refuse_a_compacted_dead_letter_topic(sink.dead_letter_topic)
 
 
 def check_transaction_timeout(client, pipeline: Pipeline) -> None:
