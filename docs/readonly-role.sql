@@ -7,5 +7,9 @@ create role eosflow_reader login nosuperuser nocreatedb nocreaterole password 'c
 select format('grant connect on database %I to eosflow_reader', current_database()) \gexec
 grant usage on schema eosflow to eosflow_reader;
 grant select on all tables in schema eosflow to eosflow_reader;
+-- To name the open transactions that hold a publisher back (other roles' sessions in pg_stat_activity).
+grant pg_read_all_stats to eosflow_reader;
+-- Each publisher grants it SELECT on its outbox table when it runs (if its role may); else, per outbox:
+-- grant select on <schema>.<table> to eosflow_reader;
 -- Tables eosflow creates later in its schema: run as eosflow's own role (the tables' owner).
 alter default privileges for role eosflow in schema eosflow grant select on tables to eosflow_reader;

@@ -6,6 +6,7 @@ read-only and read through the read-only role (EosflowHook.reader_settings).
 
 - GET /eosflow/                       the page (?pipeline=P&partition=N filters the ledger's ranges)
 - GET /eosflow/api/pipelines          the same state as JSON
+- GET /eosflow/api/publishers         each publisher's position, waiting rows and what holds them
 - GET /eosflow/metrics                Prometheus text format (eosflow.observe.metrics)
 """
 
@@ -41,7 +42,19 @@ async def page(pipeline: str | None = None, partition: int | None = Query(None, 
     from eosflow_airflow.view_page import page as render
 
     # Sync database and Kafka calls: off the event loop, which serves the whole API server.
-    return render(await asyncio.to_thread(_states_for_page, pipeline, partition), partition)
+    states, publishers = await asyncio.gather(
+        asyncio.to_thread(_states_for_page, pipeline, partition), asyncio.to_thread(_publishers)
+    )
+    return render(states, partition, publishers)
+
+
+def _publishers():
+    from eosflow.observe.state import publisher_snapshot
+    from eosflow.publishers import load_publishers
+    from eosflow_airflow.hooks import EosflowHook
+
+    settings = EosflowHook().reader_settings()
+    return publisher_snapshot(settings, list(load_publishers(settings).values()))
 
 
 def _states_for_page(pipeline: str | None, partition: int | None):
@@ -59,6 +72,20 @@ def _states_for_page(pipeline: str | None, partition: int | None):
 async def pipelines(pipeline: str | None = None, partition: int | None = Query(None, ge=0)) -> list[dict]:
     states = await asyncio.to_thread(_states, pipeline, partition)
     return [_json(s) for s in states]
+
+
+@app.get("/api/publishers")
+async def publishers() -> list[dict]:
+    return [
+        {
+            "publisher": s.publisher.name,
+            "table": s.publisher.table,
+            "topic": s.publisher.topic,
+            "error": s.error,
+            **({} if s.health is None else dataclasses.asdict(s.health) | {"judged": s.health.judged}),
+        }
+        for s in await asyncio.to_thread(_publishers)
+    ]
 
 
 @app.get("/metrics")

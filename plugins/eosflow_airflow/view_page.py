@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 from urllib.parse import urlencode
 
-from eosflow.observe.state import PipelineState, now
+from eosflow.observe.state import PipelineState, PublisherState, now
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.2rem; color: #1f2937; }
@@ -29,11 +29,15 @@ pre { background: #f9fafb; padding: .4rem; font-size: .75rem; white-space: pre-w
 """
 
 
-def page(states: list[PipelineState], partition: int | None = None) -> str:
+def page(
+    states: list[PipelineState], partition: int | None = None, publishers: list[PublisherState] = ()
+) -> str:
     body = [f"<h1>eosflow pipelines</h1><p class='muted'>as of {_when(now())}</p>"]
     if not states:
         body.append("<p>No pipeline is declared (pipelines.yml).</p>")
     body += [_pipeline(s, partition) for s in states]
+    if publishers:
+        body.append(_publishers(publishers))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>eosflow</title>"
         f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
@@ -80,6 +84,43 @@ def _pipeline(s: PipelineState, partition: int | None) -> str:
     parts.append(_plans(s))
     parts.append(_ranges(s, partition))
     return "".join(parts)
+
+
+def _publishers(publishers: list[PublisherState]) -> str:
+    """Each publisher: where it stands, what waits, and who holds it (or what the reader cannot see)."""
+    rows = []
+    for s in publishers:
+        p, h = s.publisher, s.health
+        where = f"{escape(p.table)} &rarr; {escape(p.topic)}"
+        if h is None:
+            rows.append(
+                [escape(p.name), where, "-", "-", f"<span class='bad'>{escape(s.error or '')}</span>"]
+            )
+            continue
+        if not h.judged:
+            verdict = "<span class='muted'>not judged</span>"
+        else:
+            verdict = "<span class='ok'>healthy</span>" if h.ok else "<span class='bad'>STALE</span>"
+        detail = [escape("; ".join(h.blockers))] if h.blockers else []
+        if h.unseen:
+            detail.append(f"<span class='bad'>{escape(h.unseen)}</span>")
+        if h.judged and not h.ok:
+            detail.append(escape(h.line()))
+        rows.append(
+            [
+                escape(p.name),
+                where,
+                escape(h.position or "nothing published yet"),
+                "-" if not h.judged else f"{h.held:,}",
+                f"{verdict} " + "<br>".join(detail),
+            ]
+        )
+    heads = ["<publisher", "<outbox &rarr; topic", "<position (xid/id)", "rows waiting", "<health"]
+    return (
+        "<h2 id='publishers'>Publishers</h2><p class='muted'>A committed row waits until every older "
+        "transaction of the cluster has ended; the oldest open ones are named here.</p>"
+        + _table("publishers", heads, rows)
+    )
 
 
 def _table(css: str, heads: list[str], rows: list[list[str]]) -> str:

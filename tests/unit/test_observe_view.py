@@ -117,3 +117,45 @@ def test_the_page_and_the_metrics_judge_staleness_by_the_health_dag_s_rule():
     assert 'eosflow_stale{pipeline="orders"} 1.0' in exposition(lambda: [state(stale_after_s=10.0)]).decode()
     # Kafka did not answer: the lag is unknown, so no verdict (and no metric) rather than a wrong one.
     assert "not judged" in page([state(kafka_error="KafkaUnavailableError: no broker")])
+
+
+def test_the_page_shows_each_publishers_position_waiting_rows_and_what_holds_or_hides_them():
+    from eosflow.observe.health import PublisherHealth
+    from eosflow.observe.state import PublisherState
+    from eosflow.publishers import Publisher
+
+    def publisher(name: str) -> Publisher:
+        return Publisher(name, f"outbox.{name}", f"published.{name}", "id")
+
+    held = "pid 4242 (database warehouse, user app, idle in transaction, open 900s)"
+    html = page(
+        [state()],
+        publishers=[
+            PublisherState(publisher("calm"), PublisherHealth("calm", 0, None, (), 300.0, "981/17")),
+            PublisherState(publisher("held"), PublisherHealth("held", 12, 900.0, (held,), 300.0, None)),
+            PublisherState(
+                publisher("hidden"),
+                PublisherHealth(
+                    "hidden", 0, None, (), 300.0, "5/1", "eosflow_reader cannot read outbox.hidden: GRANT …"
+                ),
+            ),
+            PublisherState(publisher("down"), None, "KafkaException: broker down"),
+        ],
+    )
+    section = html[html.index("<h2 id='publishers'>") :]
+    rows = section.split("<tr>")[2:]
+    assert [r.split("</td>")[0].removeprefix("<td class='l'>") for r in rows] == [
+        "calm",
+        "held",
+        "hidden",
+        "down",
+    ]
+    assert "981/17" in rows[0] and "healthy" in rows[0]
+    assert "nothing published yet" in rows[1] and ">12<" in rows[1] and "STALE" in rows[1]
+    assert escape(held) in rows[1]
+    assert "not judged" in rows[2] and "GRANT" in rows[2] and "STALE" not in rows[2]
+    assert "broker down" in rows[3]
+
+
+def test_the_page_has_no_publisher_section_when_none_is_declared():
+    assert "id='publishers'" not in page([state()])

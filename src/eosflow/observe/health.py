@@ -121,16 +121,26 @@ class PublisherHealth:
     blocked_s: float | None  # the oldest open transaction's age (None: none this role can see)
     blockers: tuple[str, ...]  # the oldest open transactions, one line each (outbox.blocking_transactions)
     stale_after_s: float
+    position: str | None = None  # the last published row, "xid/id" (None: nothing published yet)
+    unseen: str | None = None  # what this role cannot read, and the grant that lets it
+
+    @property
+    def judged(self) -> bool:
+        """False when this role cannot count the waiting rows (the view's reader without its grants)."""
+        return self.unseen is None or self.held > 0
 
     @property
     def ok(self) -> bool:
         return self.held == 0 or self.blocked_s is None or self.blocked_s <= self.stale_after_s
 
     def line(self) -> str:
+        if not self.judged:
+            return f"publisher {self.publisher}: not judged: {self.unseen}"
         if self.held == 0:
             return f"publisher {self.publisher}: no committed row waits: healthy"
         who = "; ".join(self.blockers) or (
-            "no open transaction is visible to this role (grant it pg_read_all_stats to see them)"
+            self.unseen
+            or "no open transaction is visible to this role (grant it pg_read_all_stats to see them)"
         )
         if self.ok:
             return f"publisher {self.publisher}: {self.held:,} committed row(s) wait for: {who}: healthy"
@@ -143,24 +153,51 @@ class PublisherHealth:
 
 
 def check_publisher(settings: Settings, name: str, stale_after_s: float) -> PublisherHealth:
-    """How many of a publisher's committed rows an open transaction holds back, and which transaction."""
-    from eosflow.ledger import outbox_position
+    """The health DAG's check, as the pipelines' own role."""
     from eosflow.publishers import load_publisher
-    from eosflow.sources import outbox
 
     publisher = load_publisher(settings, name)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        if publisher.delivery == "exactly_once":
-            current = outbox_position.read(settings.kafka, publisher)
-        else:
-            current = outbox_position.read_stored(conn, publisher)
-        if not outbox.has_position_column(conn, publisher):
-            return PublisherHealth(name, 0, None, (), stale_after_s)  # never published: nothing waits
-        held = outbox.held_back(conn, publisher, current)
-        (age,) = conn.execute(
-            "select max(age) from (select extract(epoch from now() - xact_start)::float8 as age "
-            "from pg_stat_activity where backend_xid is not null and pid <> pg_backend_pid() union all "
-            "select extract(epoch from now() - prepared)::float8 from pg_prepared_xacts) open"
-        ).fetchone()
-        blockers = tuple(outbox.blocking_transactions(conn)) if held else ()
-    return PublisherHealth(name, held, age, blockers, stale_after_s)
+        return publisher_health(conn, settings.kafka, publisher, stale_after_s)
+
+
+def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: float) -> PublisherHealth:
+    """How many of a publisher's committed rows an open transaction holds back, and which transaction;
+    as any role: what it cannot read (the outbox table, other sessions' transactions) it names, with the
+    grant that lets it."""
+    from eosflow.ledger import outbox_position
+    from eosflow.sources import outbox
+
+    name = publisher.name
+    if publisher.delivery == "exactly_once":
+        current = outbox_position.read(kafka, publisher)
+    else:
+        current = outbox_position.read_stored(conn, publisher)
+    position = None if current is None else f"{current.xid}/{current.id}"
+    if not outbox.has_position_column(conn, publisher):  # never published: nothing waits
+        return PublisherHealth(name, 0, None, (), stale_after_s, position)
+    role = conn.execute("select current_user").fetchone()[0]
+    try:
+        with conn.transaction():
+            held = outbox.held_back(conn, publisher, current)
+    except psycopg.errors.InsufficientPrivilege:
+        grant = f"{role} cannot read {publisher.table}: " + "; ".join(
+            outbox.reader_grants(conn, publisher.table, role)
+        )
+        return PublisherHealth(name, 0, None, (), stale_after_s, position, grant)
+    (sees_all,) = conn.execute(
+        "select rolsuper or pg_has_role(current_user, 'pg_read_all_stats', 'member') from pg_roles "
+        "where rolname = current_user"
+    ).fetchone()
+    unseen = (
+        None
+        if sees_all
+        else (f"{role} sees only its own sessions' transactions: GRANT pg_read_all_stats TO {role}")
+    )
+    (age,) = conn.execute(
+        "select max(age) from (select extract(epoch from now() - xact_start)::float8 as age "
+        "from pg_stat_activity where backend_xid is not null and pid <> pg_backend_pid() union all "
+        "select extract(epoch from now() - prepared)::float8 from pg_prepared_xacts) open"
+    ).fetchone()
+    blockers = tuple(outbox.blocking_transactions(conn)) if held else ()
+    return PublisherHealth(name, held, age, blockers, stale_after_s, position, unseen)

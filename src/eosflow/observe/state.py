@@ -16,8 +16,16 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.rows import dict_row
 
-from eosflow.observe.health import STREAM_RUNS, PipelineHealth, stale_limits
+from eosflow.observe.health import (
+    STREAM_RUNS,
+    PipelineHealth,
+    PublisherHealth,
+    publisher_health,
+    publisher_stale_limit,
+    stale_limits,
+)
 from eosflow.pipelines import Pipeline
+from eosflow.publishers import Publisher
 from eosflow.settings import Settings
 from eosflow.sources.kafka.offsets import partition_offsets
 
@@ -220,6 +228,30 @@ def _oldest_unread_age(
                     found[key] = max(0.0, time.time() - m.timestamp()[1] / 1000)
     finally:
         consumer.close()
+    return found
+
+
+@dataclass(frozen=True)
+class PublisherState:
+    """A publisher as the view shows it: its declaration, and its health as the reader can judge it."""
+
+    publisher: Publisher
+    health: PublisherHealth | None
+    error: str | None = None  # why it could not be looked at (Kafka or Postgres out of reach)
+
+
+def publisher_snapshot(settings: Settings, publishers: list[Publisher]) -> list[PublisherState]:
+    """Each publisher's position, waiting rows and what holds them, read as the read-only role."""
+    found = []
+    with psycopg.connect(settings.reader_dsn, autocommit=True, connect_timeout=10) as conn:
+        for p in publishers:
+            try:
+                found.append(
+                    PublisherState(p, publisher_health(conn, settings.kafka, p, publisher_stale_limit()))
+                )
+            except Exception as exc:  # noqa: BLE001 - one publisher's trouble never hides the others
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                found.append(PublisherState(p, None, f"{type(exc).__name__}: {first}"))
     return found
 
 

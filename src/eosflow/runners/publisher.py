@@ -105,7 +105,7 @@ def publish(
     started = time.monotonic()
     summary = PublishSummary(publisher.name)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        id_type = outbox.prepare(conn, publisher, log)
+        id_type = outbox.prepare(conn, publisher, log, reader=settings.pg_reader_user)
         outbox.configure_reads(conn)
         position.ensure_topics(settings.kafka, publisher, log)
         limit = topic_limits(settings.kafka, [publisher.topic, publisher.rejected_topic])

@@ -213,6 +213,9 @@ class PostgresService:
                     sql.Literal(self.s.pg_reader_password),
                 )
             )
+            # To name the open transactions that hold a publisher back (pg_stat_activity shows other
+            # roles' sessions only to members of pg_read_all_stats): statistics, no data.
+            conn.execute(sql.SQL("grant pg_read_all_stats to {}").format(reader))
             if not conn.execute(
                 "select 1 from pg_database where datname = %s", (self.s.pg_database,)
             ).fetchone():
