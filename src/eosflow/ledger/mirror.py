@@ -29,6 +29,7 @@ from eosflow.ledger.positions import (
 from eosflow.ledger.ranges import PartitionPlan, Plan
 
 Key = tuple[str, int]
+Also = Callable[[psycopg.Connection, Plan, list[PartitionPlan]], None]
 FENCED = "fenced"
 TIMED_OUT = "timed out"  # the sink aborted the range's commit for its age: nothing of it is visible
 
@@ -72,13 +73,19 @@ class SinkCommitted:
 
 
 def mirror(
-    conn: psycopg.Connection, plan: Plan, outcomes: Mapping[Key, RangeOutcome], where: str
+    conn: psycopg.Connection,
+    plan: Plan,
+    outcomes: Mapping[Key, RangeOutcome],
+    where: str,
+    also: Also | None = None,
 ) -> tuple[str, dict]:
     """Record the ranges the sink committed for this batch in the ledger; FencedError for any fenced one.
 
     One Postgres transaction, under the positions' locks, like a warehouse commit: a range already
     mirrored is left as it is, so a retry (or the next run's reconcile) may mirror it again safely.
     `where` names the sink's truth in messages (e.g. "Kafka (consumer group eosflow.orders)").
+    `also(conn, plan, parts)` writes what else the ledger keeps of the ranges being mirrored (a sink's
+    rejected rows in eosflow.rejected), in the same transaction.
     """
     done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
     counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
@@ -89,6 +96,8 @@ def mirror(
             p for p in plan.partitions if _key(p) in done and _to_mirror(p, locked, mirrored, plan, where)
         ]
         advance(conn, dataclasses.replace(plan, partitions=tuple(parts)), counts)
+        if also is not None and parts:
+            also(conn, plan, parts)
         if all(_key(p) in mirrored or p in parts for p in _committing(plan)):
             conn.execute(
                 "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
@@ -123,6 +132,7 @@ def reconcile(
     committed: Callable[[str, list[int]], Mapping[int, SinkCommitted]],
     where: str,
     log: Callable[[str], None] = print,
+    also: Also | None = None,
 ) -> int:
     """Mirror what the sink committed and the ledger does not show yet (a run that died after the sink's
     commit); returns the ranges mirrored. LedgerBehindError if no persisted plan explains the gap.
@@ -154,7 +164,7 @@ def reconcile(
                 topic, partition, ALREADY_COMMITTED, found.read, found.written, found.rejected
             )
             plan = loaded[0]
-            mirror(conn, plan, {(topic, partition): outcome}, where)
+            mirror(conn, plan, {(topic, partition): outcome}, where, also)
             log(
                 f"mirrored {part.range} of batch {plan.batch_id}: {where} committed it, and its run died "
                 "before the ledger did"

@@ -20,6 +20,7 @@ DEFAULT = "warehouse"
 _BUILT_IN = {
     "warehouse": "eosflow.sinks.postgres.sink:PostgresSink",
     "kafka": "eosflow.sinks.kafka.sink:KafkaSink",
+    "iceberg": "eosflow.sinks.iceberg.sink:IcebergSink",
 }
 
 

@@ -1,0 +1,1 @@
+"""`sink: iceberg`: Kafka into Apache Iceberg tables, the positions committed with the files."""

@@ -1,0 +1,171 @@
+"""What each Spark task of an Iceberg sink does: its range's checked records as Parquet files.
+
+A task writes the valid rows of its range into the table's data folder, one file per day of the Kafka
+timestamp (the table's partition: Iceberg's add_files needs each file inside one partition), and the
+rejected rows into one file beside them. Nothing is visible until the run's one Iceberg commit adds
+the files (commit.py); a task that dies leaves files no snapshot names, which maintenance removes.
+Files are named by batch, partition and a random part, so a retried task never overwrites a file
+an earlier attempt may have handed over.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from eosflow.schema.arrow import valid_columns
+from eosflow.sinks.iceberg.catalog import arrow_schema
+from eosflow.transform import REJECTED_COLUMNS, BatchCheck
+
+# One row per (topic, partition) a task wrote: what the driver commits.
+WRITTEN_SCHEMA = (
+    "kafka_topic string, kafka_partition int, n long, written long, rejected long, lo long, hi long, "
+    "data_files string, rejected_files string"
+)
+
+
+@dataclass
+class Written:
+    """A partition's part of the run, summed over the tasks that wrote it."""
+
+    read: int = 0
+    written: int = 0
+    rejected: int = 0
+    lo: int | None = None
+    hi: int | None = None
+    data_files: list[str] = field(default_factory=list)
+    rejected_files: list[str] = field(default_factory=list)
+
+    def add(self, row) -> None:
+        self.read += row.n
+        self.written += row.written
+        self.rejected += row.rejected
+        if row.lo is not None:
+            self.lo = row.lo if self.lo is None else min(self.lo, row.lo)
+            self.hi = row.hi if self.hi is None else max(self.hi, row.hi)
+        self.data_files += json.loads(row.data_files)
+        self.rejected_files += json.loads(row.rejected_files)
+
+
+def range_writer(location: str, batch_id: str, check: BatchCheck) -> Callable[[Iterator], Iterator]:
+    """The function each Spark task runs over its Arrow batches (mapInArrow)."""
+    valid = arrow_schema(valid_columns(check.schema))
+    rejected = pa.schema(REJECTED_COLUMNS)
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+        from pyarrow import fs
+
+        filesystem, root = fs.FileSystem.from_uri(location)
+        writers = _Writers(filesystem, root, location, batch_id)
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                checked = check(batch)
+                for topic, partition in _keys(checked):
+                    mine = checked.filter(
+                        pc.and_(
+                            pc.equal(checked.column("kafka_topic"), topic),
+                            pc.equal(checked.column("kafka_partition"), partition),
+                        )
+                    )
+                    writers.add((topic, partition), mine, valid, rejected)
+        finally:
+            writers.close()
+        yield pa.RecordBatch.from_pylist(writers.rows(), schema=_ROW_SCHEMA)
+
+    return write
+
+
+_ROW_SCHEMA = pa.schema(
+    [
+        ("kafka_topic", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("n", pa.int64()),
+        ("written", pa.int64()),
+        ("rejected", pa.int64()),
+        ("lo", pa.int64()),
+        ("hi", pa.int64()),
+        ("data_files", pa.string()),
+        ("rejected_files", pa.string()),
+    ]
+)
+
+
+def _keys(checked: pa.RecordBatch) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs of a batch: one, as Spark's Kafka source reads a range per task."""
+    pairs = pa.Table.from_batches([checked.select(["kafka_topic", "kafka_partition"])])
+    unique = pairs.group_by(["kafka_topic", "kafka_partition"]).aggregate([])
+    return list(zip(unique.column(0).to_pylist(), unique.column(1).to_pylist(), strict=True))
+
+
+class _Writers:
+    """Open Parquet writers of one task: per (topic, partition) one per day, and one for rejected rows."""
+
+    def __init__(self, filesystem, root: str, location: str, batch_id: str) -> None:
+        self.fs, self.root, self.location, self.batch_id = filesystem, root, location, batch_id
+        self.open: dict[tuple, object] = {}
+        self.parts: dict[tuple[str, int], dict] = {}
+        self.task = uuid.uuid4().hex[:12]
+
+    def add(self, key: tuple[str, int], rows: pa.RecordBatch, valid: pa.Schema, rejected: pa.Schema) -> None:
+        import pyarrow.compute as pc
+
+        part = self.parts.setdefault(key, {"n": 0, "written": 0, "rejected": 0, "lo": None, "hi": None,
+                                           "data": [], "rejected_files": []})  # fmt: skip
+        offsets = rows.column("kafka_offset")
+        part["n"] += rows.num_rows
+        lo, hi = pc.min(offsets).as_py(), pc.max(offsets).as_py()
+        part["lo"] = lo if part["lo"] is None else min(part["lo"], lo)
+        part["hi"] = hi if part["hi"] is None else max(part["hi"], hi)
+        ok = pc.is_null(rows.column("error"))
+        good = rows.filter(ok).select(valid.names).cast(valid)
+        bad = rows.filter(pc.invert(ok)).select(rejected.names).cast(rejected)
+        part["written"] += good.num_rows
+        part["rejected"] += bad.num_rows
+        if good.num_rows:
+            days = pc.cast(good.column("kafka_timestamp"), pa.date32())
+            for day in pc.unique(days).to_pylist():
+                chosen = pc.is_null(days) if day is None else pc.fill_null(pc.equal(days, day), False)
+                self._writer(key, day, valid, "data").write_batch(good.filter(chosen))
+        if bad.num_rows:
+            self._writer(key, "rejected", rejected, "rejected_files").write_batch(bad)
+
+    def _writer(self, key: tuple[str, int], day, schema: pa.Schema, kind: str):
+        import pyarrow.parquet as pq
+
+        slot = (key, day)
+        if slot not in self.open:
+            topic, partition = key
+            folder = "data" if kind == "data" else f"eosflow-rejected/{self.batch_id}"
+            name = f"{folder}/{self.batch_id}-{topic}-{partition}-{day or 'none'}-{self.task}.parquet"
+            path = f"{self.root.rstrip('/')}/{name}"
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            self.open[slot] = pq.ParquetWriter(path, schema, filesystem=self.fs)
+            self.parts[key][kind].append(f"{self.location.rstrip('/')}/{name}")
+        return self.open[slot]
+
+    def close(self) -> None:
+        for writer in self.open.values():
+            writer.close()
+
+    def rows(self) -> list[dict]:
+        return [
+            {
+                "kafka_topic": t,
+                "kafka_partition": p,
+                "n": part["n"],
+                "written": part["written"],
+                "rejected": part["rejected"],
+                "lo": part["lo"],
+                "hi": part["hi"],
+                "data_files": json.dumps(part["data"]),
+                "rejected_files": json.dumps(part["rejected_files"]),
+            }
+            for (t, p), part in self.parts.items()
+        ]

@@ -1,0 +1,170 @@
+"""The Iceberg sink (`sink: iceberg`): Kafka into an Apache Iceberg table; its truth is the table.
+
+Each Spark task writes its range's rows as Parquet files (files.py); the driver adds every range's files
+and sets the table's positions in one Iceberg commit, fenced by the catalog's compare-and-swap
+(commit.py); the ledger then mirrors the committed ranges and their rejected rows (eosflow.ledger.mirror),
+and the next run first mirrors whatever a crash left unmirrored. The catalog and the files: catalog.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+
+from eosflow import names
+from eosflow.errors import PipelineConfigError
+from eosflow.faults import fault_point
+from eosflow.pipelines import Pipeline
+from eosflow.schema.declaration import RecordSchema
+from eosflow.settings import Settings
+from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+
+
+@dataclass(frozen=True)
+class IcebergSink(Sink):
+    """Where a `sink: iceberg` pipeline writes: one Iceberg commit per run, positions in the table."""
+
+    kind: ClassVar[str] = "iceberg"
+    keys: ClassVar[frozenset[str]] = frozenset({"table"})
+    truth: ClassVar[str] = "iceberg"
+    task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.iceberg.files",)
+
+    iceberg_table: str  # namespace.name in the catalog
+
+    @classmethod
+    def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> IcebergSink:
+        table = spec.get("table")
+        if not isinstance(table, str) or not names.TABLE.match(table):
+            raise PipelineConfigError(
+                f"{where}: table {table!r} must be namespace.name in lower case (sink: iceberg needs one)"
+            )
+        if spec.get("delivery", "exactly_once") != "exactly_once":
+            raise PipelineConfigError(
+                f"{where}: an iceberg sink delivers exactly_once only (its positions commit with its files)"
+            )
+        return cls(table)
+
+    @property
+    def output(self) -> str:
+        return f"iceberg {self.iceberg_table}"
+
+    def output_uri(self, settings: Settings) -> str:
+        from eosflow.sinks.iceberg.catalog import Where
+
+        return f"iceberg://{Where.of(settings).name}/{self.iceberg_table.replace('.', '/')}"
+
+    def describe(self) -> str:
+        return f"Iceberg table `{self.iceberg_table}`"
+
+    # --- a run
+
+    def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
+        """The table made (or evolved) from the declaration; the ledger caught up with the table."""
+        from eosflow.ledger import mirror
+        from eosflow.schema.arrow import valid_columns
+        from eosflow.sinks.iceberg import catalog
+
+        table = catalog.ensure_table(
+            catalog.catalog(settings), self.iceberg_table, valid_columns(pipeline.schema), log
+        )
+        held = catalog.positions(table)
+        rejected = catalog.rejected_files(table)
+
+        def in_table(topic: str, partitions: list[int]):
+            return {p: held[(topic, p)] for p in partitions if (topic, p) in held}
+
+        mirror.reconcile(
+            conn, pipeline.name, pipeline.topics, in_table, self._where, log, _rejected_rows(rejected)
+        )
+
+    @property
+    def _where(self) -> str:
+        return f"Iceberg table {self.iceberg_table}"
+
+    def write(self, conn: psycopg.Connection, run: Run) -> dict:
+        """Each Spark task writes its range's files; the driver commits them all, with the positions, in
+        one Iceberg commit. Returns each range's outcome (committed in the table when this returns)."""
+        from eosflow.sinks.iceberg import catalog, commit, files
+        from eosflow.transform import arrow_source
+
+        plan = run.plan
+        written: dict[tuple[str, int], files.Written] = {}
+        table = catalog.catalog(run.settings).load_table(self.iceberg_table)
+        if plan.nonempty:
+            run.check_topics_unchanged()
+            with run.read("read+transform+write files") as result:
+                rows = (
+                    arrow_source(result.source)
+                    .mapInArrow(
+                        files.range_writer(table.location(), plan.batch_id, result.check),
+                        files.WRITTEN_SCHEMA,
+                    )
+                    .collect()
+                )
+            for row in rows:
+                written.setdefault((row.kafka_topic, row.kafka_partition), files.Written()).add(row)
+            # The files are written and nothing names them yet: the state a warehouse sink's staging
+            # leaves, so the same two points stand here (the lab kills at each named boundary).
+            fault_point("after_read")
+            fault_point("after_stage")
+        with run.time("iceberg commit"):
+            outcomes = commit.commit(table, plan, written)
+        run.log(
+            f"wrote {sum(w.written for w in written.values()):,} rows in "
+            f"{sum(len(w.data_files) for w in written.values())} files and "
+            f"{sum(w.rejected for w in written.values()):,} rejected; one Iceberg commit to "
+            f"{self.iceberg_table}: "
+            + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
+        )
+        return {"outcomes": outcomes, "rejected_files": {k: w.rejected_files for k, w in written.items()}}
+
+    def commit(self, conn: psycopg.Connection, run: Run, written: object):
+        from eosflow.ledger import mirror
+
+        assert isinstance(written, dict)
+        fault_point("in_commit")  # committed in the table, not yet mirrored in the ledger
+        with run.time("ledger mirror"):
+            return mirror.mirror(
+                conn, run.plan, written["outcomes"], self._where, _rejected_rows(written["rejected_files"])
+            )
+
+    def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
+        if mode == "replay":
+            from eosflow.ledger.backfill import BackfillError
+
+            raise BackfillError(
+                f"pipeline {pipeline.name!r} writes to Iceberg table {self.iceberg_table!r}: a replay into "
+                "an Iceberg sink is not built yet (issue 28). Not done; catch-up backfills are fine."
+            )
+
+    # --- after a run
+
+    def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
+        from eosflow.sinks.iceberg.verify import verify_iceberg_sink
+
+        return verify_iceberg_sink(settings, pipeline, self.iceberg_table)
+
+
+def _rejected_rows(files: Mapping[tuple[str, int], list[str]]):
+    """The ledger mirror's `also`: each mirrored range's rejected rows, from its files, into
+    eosflow.rejected (in the mirror's transaction)."""
+
+    def insert(conn: psycopg.Connection, plan, parts) -> None:
+        import pyarrow.parquet as pq
+        from pyarrow import fs
+
+        from eosflow.transform import REJECTED_COLUMNS
+
+        names = [n for n, _ in REJECTED_COLUMNS]
+        for part in parts:
+            for uri in files.get((part.range.topic, part.range.partition), []):
+                filesystem, path = fs.FileSystem.from_uri(uri)
+                rows = pq.read_table(path, filesystem=filesystem).select(names).to_pylist()
+                with conn.cursor().copy(f"copy eosflow.rejected ({', '.join(names)}) from stdin") as copy:
+                    for row in rows:
+                        copy.write_row([row[n] for n in names])
+
+    return insert

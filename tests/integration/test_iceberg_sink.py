@@ -1,0 +1,135 @@
+"""A `sink: iceberg` pipeline against the real broker, Spark, Postgres (the catalog) and the local
+filesystem: one Iceberg commit per run holds the files and the positions, read back by PyIceberg."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import Producer
+
+from eosflow.verify import verify_pipeline
+
+pytestmark = pytest.mark.integration
+
+BAD = [b"not json", b'{"event_id": 1}', None]
+
+
+def as_iceberg_sink(case) -> str:
+    """The case's pipeline with `sink: iceberg`, writing lake.<name>; returns the table's name."""
+    case.spec.pop("target_table", None)
+    case.write_config(sink="iceberg", table=f"lake.{case.name}")
+    return f"lake.{case.name}"
+
+
+def scan(case, table: str) -> list[dict]:
+    """The table as a reader that is not eosflow's write path sees it: a PyIceberg scan."""
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    return catalog(case.settings).load_table(table).scan().to_arrow().to_pylist()
+
+
+def produce_bad(case, partition: int) -> None:
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    for value in BAD:
+        producer.produce(case.topic, value=value, key=b"bad", partition=partition)
+    producer.flush(10)
+
+
+def test_an_iceberg_sink_lands_every_record_once_with_its_positions_in_the_table(case):
+    table = as_iceberg_sink(case)
+    manifest = case.produce(300, seed=31, partitions=3)
+    produce_bad(case, partition=1)
+    summary = case.ingest()
+    assert summary.outcome == "committed"
+    rows = scan(case, table)
+    assert sorted(str(r["event_id"]) for r in rows) == sorted(str(a.event_id) for a in manifest.visible())
+    assert len({(r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]) for r in rows}) == 300
+    assert len(case.rejected()) == len(BAD)
+    ledger = case.ledger()
+    assert (sum(r[4] for r in ledger), sum(r[5] for r in ledger), sum(r[6] for r in ledger)) == (303, 300, 3)
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+    again = case.ingest()  # nothing new: positions only where needed, nothing twice
+    assert again.records_read == 0 and again.outcome == "committed"
+    more = case.produce(50, seed=32, partitions=3)
+    assert case.ingest().outcome == "committed"
+    assert len(scan(case, table)) == 300 + len(more.visible())
+    assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_two_runs_planned_alike_commit_once_and_the_other_is_fenced(case):
+    from eosflow.runners import job
+
+    table = as_iceberg_sink(case)
+    case.produce(100, seed=33, partitions=1)
+    first, _ = job.prepare(case.settings, case.name, "first", log=lambda m: None)
+    second, _ = job.prepare(case.settings, case.name, "second", log=lambda m: None)
+    assert first.ranges == second.ranges
+    assert case.ingest("second").outcome == "committed"
+    with pytest.raises(Exception, match="fenced"):
+        case.ingest("first")
+    assert len(scan(case, table)) == 100
+    assert verify_pipeline(case.settings, case.name).ok
+
+
+@pytest.mark.parametrize("point", ["after_stage", "in_commit"])
+def test_a_run_killed_before_or_after_its_iceberg_commit_leaves_every_record_once(case, point):
+    """after_stage: the files written, the commit not made (nothing visible); in_commit: committed in
+    the table, the ledger not told (the next run mirrors it, rejected rows and all)."""
+    table = as_iceberg_sink(case)
+    manifest = case.produce(120, seed=34, partitions=2)
+    produce_bad(case, partition=0)
+    killed = case.ingest_process("--run-id", "killed", EOSFLOW_CRASH_AT=point)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert len(scan(case, table)) == (120 if point == "in_commit" else 0)
+    assert case.ingest().outcome == "committed"
+    rows = scan(case, table)
+    assert sorted(str(r["event_id"]) for r in rows) == sorted(str(a.event_id) for a in manifest.visible())
+    assert len(case.rejected()) == len(BAD)
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+
+def test_a_table_name_that_is_not_namespace_dot_name_is_refused(case):
+    case.spec.pop("target_table", None)
+    case.write_config(sink="iceberg", table="NoNamespace")
+    run = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name],
+        env=case.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and "namespace.name" in run.stderr
+
+
+def test_a_run_paused_before_its_commit_is_fenced_by_the_catalog_when_another_committed(case, tmp_path):
+    """The paused run loaded the table before the other committed: its own check of the positions passes
+    on what it loaded, and only the catalog's compare-and-swap (no retry) stops it."""
+    import time
+
+    table = as_iceberg_sink(case)
+    case.produce(200, seed=35, partitions=2)
+    env = case.env(EOSFLOW_PAUSE_AT="after_stage", EOSFLOW_FAULT_DIR=str(tmp_path))
+    zombie = subprocess.Popen(
+        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name, "--run-id", "zombie"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "after_stage.paused").exists():
+        assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never reached its pause"
+        time.sleep(0.2)
+    newer = case.ingest_process("--run-id", "newer")
+    assert newer.returncode == 0, newer.stderr[-3000:]
+    (tmp_path / "after_stage.resume").write_text("go")
+    _, err = zombie.communicate(timeout=300)
+    assert zombie.returncode == 3, err[-3000:]
+    assert "another commit changed" in err
+    assert len(scan(case, table)) == 200
+    assert verify_pipeline(case.settings, case.name).ok
