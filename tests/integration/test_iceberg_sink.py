@@ -159,3 +159,34 @@ def test_a_stream_into_an_iceberg_table_commits_each_record_once(case, tmp_path)
     ids = [str(r["event_id"]) for r in scan(case, table)]
     assert sorted(ids) == sorted(str(r.event_id) for r in first.rows + second.rows)  # each once
     assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_compact_merges_small_files_expires_snapshots_and_removes_a_crashed_runs_files(case, monkeypatch):
+    """Positions are table properties: a rewrite and an expiry carry them over, so the next run goes on."""
+    import psycopg
+
+    from eosflow.sinks.iceberg.catalog import catalog, positions
+
+    table = as_iceberg_sink(case)
+    for seed in (41, 42, 43):  # three runs: three commits of small files in today's partition
+        case.produce(40, seed=seed, partitions=2)
+        assert case.ingest().outcome == "committed"
+    case.produce(40, seed=44, partitions=2)
+    crashed = case.ingest_process("--run-id", "crashed", EOSFLOW_CRASH_AT="after_stage")
+    assert crashed.returncode == -9  # its files are written and named by nothing
+    before = catalog(case.settings).load_table(table)
+    rows, held = sorted(map(str, (r["event_id"] for r in scan(case, table)))), positions(before)
+    files_before = len(before.inspect.files())
+    monkeypatch.setenv("EOSFLOW_ICEBERG_SNAPSHOT_HOURS", "0")
+    monkeypatch.setenv("EOSFLOW_ICEBERG_ORPHAN_HOURS", "0")
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        done = case.pipeline.sink.compact(conn, case.pipeline, None, print)
+    after = catalog(case.settings).load_table(table)
+    assert done.merged_files == files_before >= 3 and len(after.inspect.files()) == done.into < files_before
+    assert done.expired_snapshots >= 3 and len(after.metadata.snapshots) == 1
+    assert done.removed_files >= 2  # the crashed run's files, the merged ones
+    assert sorted(map(str, (r["event_id"] for r in scan(case, table)))) == rows
+    assert positions(after) == held
+    assert case.ingest().outcome == "committed"  # the crashed run's records, once
+    assert len(scan(case, table)) == 160
+    assert verify_pipeline(case.settings, case.name).ok

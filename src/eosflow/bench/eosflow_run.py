@@ -38,18 +38,21 @@ class IngestSummary:
     phases: dict[str, float]  # the job's own step timings, in its order
 
 
-def write_pipelines_file(path: Path, pipeline: str, topic: str, target_table: str, max_records: int) -> Path:
+def write_pipelines_file(
+    path: Path, pipeline: str, topic: str, target_table: str, max_records: int, sink: dict | None = None
+) -> Path:
     """One pipeline reading all of `topic` in a single run.
 
     The planner caps a range in offsets, not records, and transaction markers take offsets too: a
     cap of `max_records` cut a one-partition topic of 1M records in transactions of 1,000 at
     999,001 records. Every record plus at most one marker each always fits under twice as many.
+    `sink`: another sink's keys instead of `target_table` (the Iceberg measurement's).
     """
     body = {
         "pipelines": {
             pipeline: {
                 "topics": [topic],
-                "target_table": target_table,
+                **(sink or {"target_table": target_table}),
                 **pipelines.declaration(settings_mod.load().root / "pipelines.yml", "orders"),
                 "transform_version": "v1",
                 "initial_offset": "earliest",

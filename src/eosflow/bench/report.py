@@ -24,6 +24,7 @@ SHORT = {
     "write-ceiling": "write ceiling",
     "write-ceiling-2": "write ceiling, 2 writers",
     "eosflow": "eosflow",
+    "iceberg": "eosflow into Iceberg",
     "overhead": "eosflow, 1 record",
     "handwritten": "executemany loop",
     "competent": "competent loop",
@@ -121,6 +122,8 @@ def latest_markdown(results: list[Result], info: RunInfo) -> str:
     lines += ["", "## Targets (issue 15; issue 7's first two)", ""] + _targets(by) + [""]
     if "eosflow" in by:
         lines += ["## Where eosflow's time goes", ""] + _profile(by["eosflow"], by.get("overhead")) + [""]
+    if "iceberg" in by:
+        lines += ["## Where the Iceberg sink's time goes", ""] + _profile(by["iceberg"], None) + [""]
     lines += ["## Checks", ""]
     writers = [r for r in results if r.measurement in WRITERS and r.rows_checked is not None]
     if info.problems:
@@ -154,6 +157,9 @@ def _targets(by: dict[str, Result]) -> list[str]:
         commit_s = eos.detail["commit"]
         verdict = ("met" if commit_s <= 0.5 else "MISSED") if eos.loaded >= 4_000_000 else "at 4M"
         rows.append(f"| commit step ≤ 0.5 s at 4M | {commit_s:.2f} s | {verdict} |")
+    if "iceberg" in by:
+        # Issue 28: Parquet from Arrow needs no per-row server work.
+        rows.append(_target("Iceberg sink ≥ 1.5 × the Postgres sink (eosflow)", by["iceberg"], eos, 1.5))
     if "overhead" in by:
         rows.append(f"| fixed overhead of a run (1 record), reported | {by['overhead'].seconds:,.1f} s | |")
     rows.append("| driver memory flat as records grow | see scaling.md | |")

@@ -13,6 +13,7 @@ MEASUREMENTS: dict[str, str] = {
     "write-ceiling": "Write ceiling: Postgres COPY",
     "write-ceiling-2": "Write ceiling: Postgres COPY, 2 writers",
     "eosflow": "eosflow ingest, end to end",
+    "iceberg": "eosflow ingest into an Iceberg table (sink: iceberg), end to end",
     "overhead": "eosflow fixed overhead (1 record)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",
     "competent": "Competent loop (assign, eosflow's checks, COPY + positions in one transaction)",

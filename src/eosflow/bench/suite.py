@@ -124,13 +124,17 @@ def _write_ceiling_parallel(ctx: _Context) -> Result:
 
 
 def _eosflow(
-    ctx: _Context, measurement: str = "eosflow", topic: str | None = None, records: int = 0
+    ctx: _Context,
+    measurement: str = "eosflow",
+    topic: str | None = None,
+    records: int = 0,
+    sink: dict | None = None,
 ) -> Result:
     topic = topic or ctx.workload.topic
     records = records or ctx.workload.records
     pipeline = f"bench_{measurement}_{ctx.cell.name}"
     config = eosflow_run.write_pipelines_file(
-        ctx.work_dir / f"{pipeline}.pipelines.yml", pipeline, topic, ctx.table(measurement), records
+        ctx.work_dir / f"{pipeline}.pipelines.yml", pipeline, topic, ctx.table(measurement), records, sink
     )
     measured = run_measured(
         f"eosflow ({records:,} records)",
@@ -153,6 +157,24 @@ def _eosflow(
         "the `eosflow ingest` process, start to exit (plan to commit, Spark start included)",
         detail=detail,
     )
+
+
+def _iceberg(ctx: _Context) -> Result:
+    """The same run into an Iceberg table; counted back by a PyIceberg scan (every event once)."""
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    name = f"bench_lake.iceberg_{ctx.cell.name}"
+    iceberg = catalog(ctx.settings)
+    try:
+        result = _eosflow(ctx, "iceberg", sink={"sink": "iceberg", "table": name})
+        events = iceberg.load_table(name).scan(selected_fields=("event_id",)).to_arrow().column(0)
+        result.records = result.rows_checked = len(set(events.to_pylist()))
+        if len(events) != result.records:
+            raise MeasurementFailed(f"{name} holds {len(events):,} rows, {result.records:,} distinct events")
+        return result
+    finally:
+        if iceberg.table_exists(name):
+            iceberg.purge_table(name)  # its files too: a 1M-record table is ~100 MB
 
 
 def _overhead(ctx: _Context) -> Result:
@@ -235,6 +257,7 @@ RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "write-ceiling": _write_ceiling,
     "write-ceiling-2": _write_ceiling_parallel,
     "eosflow": _eosflow,
+    "iceberg": _iceberg,
     "overhead": _overhead,
     "handwritten": _handwritten,
     "competent": _competent,

@@ -142,6 +142,14 @@ class IcebergSink(Sink):
 
     # --- after a run
 
+    def compact(self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log):
+        """Small files merged per day, old snapshots expired, unreferenced files removed (maintenance.py)."""
+        from eosflow.settings import load
+        from eosflow.sinks.iceberg import maintenance
+        from eosflow.sinks.iceberg.catalog import catalog
+
+        return maintenance.compact(catalog(load()).load_table(self.iceberg_table), target_rows)
+
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         from eosflow.sinks.iceberg.verify import verify_iceberg_sink
 
