@@ -67,7 +67,11 @@ def range_writer(location: str, batch_id: str, check: BatchCheck) -> Callable[[I
                 if batch.num_rows == 0:
                     continue
                 checked = check(batch)
-                for topic, partition in _keys(checked):
+                keys = _keys(checked)
+                if len(keys) == 1:  # a task reads one range: no filter to pay for
+                    writers.add(keys[0], checked, valid, rejected)
+                    continue
+                for topic, partition in keys:
                     mine = checked.filter(
                         pc.and_(
                             pc.equal(checked.column("kafka_topic"), topic),
@@ -99,6 +103,11 @@ _ROW_SCHEMA = pa.schema(
 
 def _keys(checked: pa.RecordBatch) -> list[tuple[str, int]]:
     """The (topic, partition) pairs of a batch: one, as Spark's Kafka source reads a range per task."""
+    import pyarrow.compute as pc
+
+    topic, partition = checked.column("kafka_topic"), checked.column("kafka_partition")
+    if pc.count_distinct(topic).as_py() == 1 and pc.count_distinct(partition).as_py() == 1:
+        return [(topic[0].as_py(), partition[0].as_py())]
     pairs = pa.Table.from_batches([checked.select(["kafka_topic", "kafka_partition"])])
     unique = pairs.group_by(["kafka_topic", "kafka_partition"]).aggregate([])
     return list(zip(unique.column(0).to_pylist(), unique.column(1).to_pylist(), strict=True))
