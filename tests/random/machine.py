@@ -74,8 +74,8 @@ EXIT_LABEL = {
 # The runners a machine drives: "batch" (this module: a warehouse pipeline run by eosflow ingest and
 # backfills), "kafka" (tests/random/kafka_sink.py), "stream" (tests/random/stream.py). The publisher has
 # a machine of its own (tests/random/publisher.py): it reads an outbox, not a topic.
-EVERY_RUNNER = frozenset({"batch", "kafka", "stream"})
-WITHOUT_STREAM = frozenset({"batch", "kafka"})  # retention and re-created topics: the batch machine's
+EVERY_RUNNER = frozenset({"batch", "kafka", "stream", "iceberg"})
+WITHOUT_STREAM = frozenset({"batch", "kafka", "iceberg"})  # retention and re-created topics
 WAREHOUSE = frozenset({"batch", "stream"})  # replays: refused for a Kafka sink (its own step)
 
 

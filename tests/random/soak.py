@@ -34,7 +34,7 @@ SOAK_ENV = {
     "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the soak's pipelines are JSON
 }
 RESULTS = ROOT / "soak" / "results"
-RUNNERS = ("batch", "kafka", "publisher", "stream")
+RUNNERS = ("batch", "kafka", "publisher", "stream", "iceberg")
 
 
 def _eosflow(*args: str) -> None:
@@ -42,6 +42,7 @@ def _eosflow(*args: str) -> None:
 
 
 def machine_class(runner: str) -> type:
+    from tests.random.iceberg_sink import IcebergSinkMachine
     from tests.random.kafka_sink import KafkaSinkMachine
     from tests.random.machine import ScheduleMachine
     from tests.random.publisher import PublisherMachine
@@ -52,6 +53,7 @@ def machine_class(runner: str) -> type:
         "kafka": KafkaSinkMachine,
         "publisher": PublisherMachine,
         "stream": StreamMachine,
+        "iceberg": IcebergSinkMachine,
     }[runner]
 
     class Machine(base):

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.random.iceberg_sink import IcebergSinkMachine
 from tests.random.kafka_sink import KafkaSinkMachine
 from tests.random.machine import ScheduleMachine
 from tests.random.publisher import PublisherMachine
@@ -77,3 +78,10 @@ def test_random_schedule_keeps_a_publishers_topic_equal_to_the_outbox(bind_machi
     """3 outboxes x 25 steps: rows of every type committed, rolled back and committed out of order,
     publishers killed, crashed at each point and racing: 1 to 2 minutes."""
     run_machine(bind_machine(PublisherMachine), examples=3, steps=25)
+
+
+def test_random_schedule_keeps_an_iceberg_tables_rows_equal_to_the_producers_model(bind_machine):
+    """2 pipelines x 30 steps of a `sink: iceberg` pipeline (kills before and after its Iceberg commit,
+    concurrent runs, retention, re-created topics, compaction) read back by a PyIceberg scan: about 2
+    minutes, each run being a Spark job."""
+    run_machine(bind_machine(IcebergSinkMachine), examples=2, steps=30)

@@ -225,14 +225,20 @@ def read_rows(dsn: str, pipeline: str, table: str) -> Rows:
                 f"select kafka_topic, kafka_partition, kafka_offset, event_id::text from {table}"
             ):
                 output.setdefault((t, p, o), []).append(e)
-        rejected: dict = {}
+    return Rows(output, read_rejected(dsn, pipeline))
+
+
+def read_rejected(dsn: str, pipeline: str) -> dict:
+    """The pipeline's rejected rows in the ledger (eosflow.rejected), by source coordinates."""
+    rejected: dict = {}
+    with psycopg.connect(dsn) as conn:
         for t, p, o, err in conn.execute(
             "select kafka_topic, kafka_partition, kafka_offset, error from eosflow.rejected "
             "where pipeline = %s",
             (pipeline,),
         ):
             rejected.setdefault((t, p, o), []).append(err)
-    return Rows(output, rejected)
+    return rejected
 
 
 def footprint(dsn: str, pipeline: str, rows: Rows) -> tuple:

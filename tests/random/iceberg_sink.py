@@ -1,0 +1,102 @@
+"""The randomized schedule for a `sink: iceberg` pipeline (issue 28): the batch machine's steps, the table's
+truth.
+
+The machine is tests/random/machine.py's, with the pipeline writing to an Iceberg table instead of a
+Postgres one. What the sink holds is read back by a PyIceberg scan of the table's current snapshot (not
+eosflow's write path), the rejected rows from eosflow.rejected (the ledger mirror copies them there), and
+compared with the same producer-side model. Its own steps: a replay refused before anything is written,
+and `eosflow compact` (files merged, snapshots expired, unreferenced files removed) between any two steps,
+which must change no record and no position. At quiescent points `eosflow verify` must pass too.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from eosflow import pipelines as pipelines_mod
+from eosflow.ledger.backfill import BackfillError, BackfillRequest
+from eosflow.runners import backfill_run
+from tests.random.machine import ScheduleMachine, schedule_step
+from tests.random.model import PipelineModel, Rows
+from tests.random.world import read_rejected
+
+ICEBERG = frozenset({"iceberg"})
+
+
+class IcebergSinkMachine(ScheduleMachine):
+    runner = "iceberg"
+
+    def declaration(self, pipe: PipelineModel) -> dict:
+        spec = super().declaration(pipe)
+        del spec["target_table"]
+        return {**spec, "sink": "iceberg", "table": lake_table(pipe)}
+
+    def rows(self, pipe: PipelineModel) -> Rows:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from eosflow.sinks.iceberg.catalog import catalog
+
+        rejected = read_rejected(self.dsn, pipe.name)
+        output: dict = {}
+        try:
+            table = catalog(self.settings).load_table(lake_table(pipe))
+        except NoSuchTableError:
+            return Rows(output, rejected)
+        data = table.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset", "event_id"))
+        for t, p, o, e in zip(*(c.to_pylist() for c in data.to_arrow().columns), strict=True):
+            output.setdefault((t, p, o), []).append(None if e is None else str(e))
+        return Rows(output, rejected)
+
+    # in_commit: committed in the table (the truth), not yet mirrored in the ledger.
+    committed_at = ("in_commit", "after_commit")
+
+    def _invariants(self, pipe: PipelineModel) -> None:
+        if not self.complete or pipe is not self.pipe:
+            return  # verify wants every range settled: the model checks the rest after every step
+        declared = pipelines_mod.load(self.settings, pipe.name, self.pipelines_file)
+        verdict = declared.sink.verify(self.settings, declared, False)
+        if not verdict.ok:
+            self._violation(f"eosflow verify failed at a quiescent point:\n{verdict.table()}")
+
+    # -- its own steps -----------------------------------------------------------------------------
+    @schedule_step(1, runners=ICEBERG, partition=st.integers(0, 5))
+    def replay_refused(self, partition: int) -> None:
+        """Replays into an Iceberg table are not built yet: refused, nothing written."""
+        self._begin("replay refused")
+        p = partition % self.partitions
+        before = self._footprint()
+        request = BackfillRequest(self.pipe.name, "replay", (p,), 0, 1, chunk_size=10)
+        try:
+            backfill_run.resolve(self.settings, request)
+            self._violation("a replay into an Iceberg sink validated")
+        except BackfillError as exc:
+            self._outcome("refused" if "not built yet" in str(exc) else "refused for another reason")
+        self._unchanged(before, "the replay was refused")
+
+    @schedule_step(1, runners=ICEBERG)
+    def compact(self) -> None:
+        """eosflow compact between two steps: the same records and positions afterwards."""
+        import os
+
+        import psycopg
+
+        self._begin("compact")
+        before = self._footprint()
+        declared = pipelines_mod.load(self.settings, self.pipe.name, self.pipelines_file)
+        os.environ["EOSFLOW_ICEBERG_SNAPSHOT_HOURS"] = "0"  # expire all but the current snapshot
+        os.environ["EOSFLOW_ICEBERG_ORPHAN_HOURS"] = "0.0003"  # files older than about a second
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                done = declared.sink.compact(conn, declared, 50, lambda m: None)
+        except Exception as exc:  # noqa: BLE001 - no table yet is fine; anything else is a finding
+            if "does not exist" in str(exc):
+                self._outcome("no table yet")
+                return
+            self._violation(f"eosflow compact failed: {type(exc).__name__}: {exc}")
+        self._fault("table compacted", done.merged_files)
+        self._outcome("merged" if done.merged_files else "nothing to merge")
+        self._unchanged(before, "compaction must change nothing")
+
+
+def lake_table(pipe: PipelineModel) -> str:
+    return f"lake.{pipe.name}"
