@@ -36,13 +36,14 @@ def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_th
         "at_least_once",
         "at_most_once",
         "exactly_once",
+        "iceberg_exactly_once",
         "kafka_exactly_once",
     ]
     assert "kill-after-plan" not in todo
     assert {"producer-retries", "leader-failure", "airflow-clear", "zombie"} <= set(todo)
     # The Kafka sink's own boundary, in both its modes: where the at-least-once comparison duplicates.
     assert todo["kill-in-kafka-transaction"] == ["kafka_exactly_once", "kafka_at_least_once"]
-    assert "kafka_exactly_once" in todo["zombie"]
+    assert "kafka_exactly_once" in todo["zombie"] and "iceberg_exactly_once" in todo["zombie"]
     assert todo["publish-kill-in-transaction"] == ["publish_exactly_once", "publish_at_least_once"]
     assert todo["stream-kill-in-commit"] == todo["stream-replay-race"] == ["stream_exactly_once"]
     assert "stream-broker-restart" not in todo  # the suite's stream tests and the full lab have them
@@ -50,8 +51,13 @@ def test_the_small_lab_runs_exactly_once_everywhere_and_the_split_modes_where_th
 
 def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_repeat():
     todo = {s.key: cells for s, cells in runner.plan(None, None, 2, small=False)}
-    assert len(todo["kill-after-plan"]) == 5 * 2  # three warehouse modes, two Kafka-sink modes
-    assert {m for m, _ in todo["kill-after-stage"]} == {"exactly_once", "at_least_once", "at_most_once"}
+    assert len(todo["kill-after-plan"]) == 6 * 2  # three warehouse modes, two Kafka-sink modes, Iceberg
+    assert {m for m, _ in todo["kill-after-stage"]} == {
+        "exactly_once",
+        "at_least_once",
+        "at_most_once",
+        "iceberg_exactly_once",
+    }
     assert todo["producer-retries"] == [("exactly_once", 1), ("exactly_once", 2)]
     stream = [k for k in todo if k.startswith("stream-")]
     assert sorted(stream) == [

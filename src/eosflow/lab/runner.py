@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 from eosflow.lab import consumer_faults, publisher_faults, stream_faults
 from eosflow.lab.outcome import Trial
-from eosflow.lab.world import KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
+from eosflow.lab.world import ICEBERG_MODES, KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
 from eosflow.pipelines import DELIVERY_MODES
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
 Runner = Callable[[Lab, Sequence[Cell]], list[Trial]]
 EO = ("exactly_once",)
 KAFKA = tuple(KAFKA_MODES)  # a Kafka sink, exactly_once and its at_least_once comparison
+ICEBERG = tuple(ICEBERG_MODES)  # an Iceberg sink, exactly_once
 PUBLISH = tuple(PUBLISH_MODES)  # eosflow publish, exactly_once and its at_least_once comparison
 STREAM = tuple(STREAM_MODES)  # eosflow stream
 
@@ -65,13 +66,13 @@ def _publish(fn: Callable[[Lab, str, int], Trial]) -> Runner:
 
 
 def _crash_modes(point: str) -> tuple[str, ...]:
-    warehouse = DELIVERY_MODES if point in consumer_faults.CRASH_POINTS else ()
+    warehouse = DELIVERY_MODES + ICEBERG if point in consumer_faults.CRASH_POINTS else ()
     return warehouse + (KAFKA if point in consumer_faults.KAFKA_CRASH_POINTS else ())
 
 
 def _crash_small_modes(point: str) -> tuple[str, ...]:
-    if point == "in_commit":
-        return (*DELIVERY_MODES, "kafka_exactly_once")
+    if point == "in_commit":  # the Iceberg sink: committed in the table, the ledger not told
+        return (*DELIVERY_MODES, "kafka_exactly_once", "iceberg_exactly_once")
     return ("kafka_exactly_once", "kafka_at_least_once") if point == "in_kafka_transaction" else EO
 
 
@@ -85,13 +86,19 @@ SCENARIOS: tuple[Scenario, ...] = (
         )
         for point in dict.fromkeys(consumer_faults.CRASH_POINTS + consumer_faults.KAFKA_CRASH_POINTS)
     ),
-    Scenario("broker-restart", _each(consumer_faults.broker_restart_mid_read), DELIVERY_MODES + KAFKA),
-    Scenario("postgres-restart", _each(consumer_faults.postgres_restart_mid_commit), DELIVERY_MODES + KAFKA),
+    Scenario(
+        "broker-restart", _each(consumer_faults.broker_restart_mid_read), DELIVERY_MODES + KAFKA + ICEBERG
+    ),
+    Scenario(
+        "postgres-restart",
+        _each(consumer_faults.postgres_restart_mid_commit),
+        DELIVERY_MODES + KAFKA + ICEBERG,  # Iceberg: the catalog's Postgres, after the table's commit
+    ),
     Scenario(
         "zombie",
         _each(consumer_faults.zombie),
-        DELIVERY_MODES + KAFKA,
-        small_modes=("exactly_once", "at_least_once", "kafka_exactly_once"),
+        DELIVERY_MODES + KAFKA + ICEBERG,
+        small_modes=("exactly_once", "at_least_once", "kafka_exactly_once", "iceberg_exactly_once"),
     ),
     Scenario("airflow-clear", _airflow, DELIVERY_MODES + KAFKA),
     # `eosflow publish`: an outbox into Kafka, against its at-least-once comparison.

@@ -43,17 +43,20 @@ LAB_ENV = {
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
 # A Kafka sink's modes: the same delivery modes, the output a topic instead of a table.
 KAFKA_MODES = {"kafka_exactly_once": "exactly_once", "kafka_at_least_once": "at_least_once"}
+# An Iceberg sink: one Iceberg commit per run, the positions in the table (no comparison mode).
+ICEBERG_MODES = {"iceberg_exactly_once": "exactly_once"}
 # `eosflow publish`: an outbox into Kafka, exactly once or (for comparison) at least once.
 PUBLISH_MODES = {"publish_exactly_once": "exactly_once", "publish_at_least_once": "at_least_once"}
 # `eosflow stream`: micro-batches into the warehouse, exactly once (its comparison is the batch modes').
 STREAM_MODES = {"stream_exactly_once": "exactly_once"}
-LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *PUBLISH_MODES, *STREAM_MODES)
+LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *ICEBERG_MODES, *PUBLISH_MODES, *STREAM_MODES)
 MODE_TAGS = {
     "exactly_once": "eo",
     "at_least_once": "alo",
     "at_most_once": "amo",
     "kafka_exactly_once": "keo",
     "kafka_at_least_once": "kalo",
+    "iceberg_exactly_once": "ieo",
     "publish_exactly_once": "peo",
     "publish_at_least_once": "palo",
     "stream_exactly_once": "seo",
@@ -82,6 +85,10 @@ class LabPipeline:
     @property
     def writes_to_kafka(self) -> bool:
         return self.mode in KAFKA_MODES
+
+    @property
+    def writes_to_iceberg(self) -> bool:
+        return self.mode in ICEBERG_MODES
 
     @property
     def output_topic(self) -> str:
@@ -122,11 +129,12 @@ class Lab:
         """A fresh pipeline (topic, table) for one trial, declared in the lab's pipelines file."""
         name = f"lab_{scenario}_{MODE_TAGS[mode]}_{trial}_{time.time_ns() % 10**8:08d}"
         p = LabPipeline(name, f"lab.{name}", f"lab.{name}", mode)
-        sink = (
-            {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
-            if p.writes_to_kafka
-            else {"target_table": p.table, "delivery": STREAM_MODES.get(mode, mode)}
-        )
+        if p.writes_to_kafka:
+            sink = {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
+        elif p.writes_to_iceberg:
+            sink = {"sink": "iceberg", "table": p.table}  # lab.<name> in the Iceberg catalog
+        else:
+            sink = {"target_table": p.table, "delivery": STREAM_MODES.get(mode, mode)}
         self._declared[name] = {
             "topics": [p.topic],
             **pipelines.declaration(self.settings.root / "pipelines.yml", "orders"),
@@ -205,6 +213,8 @@ class Lab:
         read_committed consumer gets from the output topic), never the ledger."""
         if p.writes_to_kafka:
             return tally(manifest, topic_event_ids(self.settings.kafka, p.output_topic))
+        if p.writes_to_iceberg:
+            return tally(manifest, iceberg_event_ids(self.settings, p.table))
         with psycopg.connect(self.settings.warehouse_dsn) as conn:
             exists = conn.execute("select to_regclass(%s) is not null", (p.table,)).fetchone()[0]
             ids = [str(r[0]) for r in conn.execute(f"select event_id from {p.table}")] if exists else []
@@ -215,11 +225,9 @@ class Lab:
         topics read back against the ledger)."""
         from eosflow.verify import run_dbt
 
-        if p.writes_to_kafka:
-            from eosflow.sinks.kafka.verify import verify_kafka_sink
-
+        if p.writes_to_kafka or p.writes_to_iceberg:  # the sink's own read-back against the ledger
             pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
-            checked = verify_kafka_sink(self.settings, pipeline)
+            checked = pipeline.sink.verify(self.settings, pipeline, False)
             return "pass" if checked.ok else "fail: " + ", ".join(c.name for c in checked.failed)
 
         result = run_dbt(self.settings, p.name, p.table)
@@ -227,6 +235,19 @@ class Lab:
             return "pass"
         names = sorted({c.invariant or c.name for c in result.failed})
         return "fail: " + ", ".join(names) if names else f"error (dbt exit {result.returncode})"
+
+
+def iceberg_event_ids(settings: Settings, table: str) -> list[str]:
+    """The event_id of every row of the Iceberg table's current snapshot, by a PyIceberg scan."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    try:
+        scan = catalog(settings).load_table(table).scan(selected_fields=("event_id",))
+    except NoSuchTableError:
+        return []
+    return [str(e) for e in scan.to_arrow().column(0).to_pylist()]
 
 
 def topic_event_ids(kafka, topic: str) -> list[str]:
