@@ -130,6 +130,15 @@ def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_onc
 
 
 @pytest.mark.timeout(3600)
+def test_an_iceberg_sink_loses_and_duplicates_nothing_when_killed_in_its_commit_or_raced(lab_trials):
+    iceberg = [r for r in lab_trials if r["mode"] == "iceberg_exactly_once"]
+    assert {r["scenario"] for r in iceberg} >= {"kill -9 in_commit", "zombie run wakes late"}
+    for r in iceberg:
+        assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
+        assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
+
+
+@pytest.mark.timeout(3600)
 def test_the_exactly_once_publisher_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
     published = [r for r in lab_trials if r["mode"] == "publish_exactly_once"]
     assert {r["scenario"] for r in published} >= {
