@@ -190,3 +190,32 @@ def test_compact_merges_small_files_expires_snapshots_and_removes_a_crashed_runs
     assert case.ingest().outcome == "committed"  # the crashed run's records, once
     assert len(scan(case, table)) == 160
     assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_an_avro_topic_of_every_declared_type_lands_in_an_iceberg_table(case, running_stack):
+    """The Avro clicks declaration (uuid, numeric, arrays, a map, dates, NaN, a bigint key) into Iceberg:
+    typed columns in the table, the poison records rejected rows, as for a warehouse table."""
+    import dataclasses
+    from decimal import Decimal
+
+    import fastavro
+
+    from eosflow.schema.avro import SchemaRegistry, encode
+    from tests.avro_clicks import DECLARATION, WRITER, click
+    from tests.integration.test_declared_pipeline import _produce
+
+    assert running_stack.registry is not None
+    case.write_config(**DECLARATION, key="bigint")
+    case.settings = dataclasses.replace(case.settings, schema_registry_url=running_stack.registry.url)
+    table = as_iceberg_sink(case)
+    schema_id = SchemaRegistry(running_stack.registry).register(f"{case.topic}-value", WRITER)
+    parsed = fastavro.parse_schema(WRITER)
+    good = [(str(i).encode(), encode(schema_id, parsed, click(i))) for i in range(1, 5)]
+    poison = [(b"6", b'{"click_id": "json, not avro"}'), (b"eleven", encode(schema_id, parsed, click(12)))]
+    _produce(case.settings.bootstrap_servers, case.topic, good + poison)
+    assert case.ingest().outcome == "committed"
+    rows = sorted(scan(case, table), key=lambda r: r["kafka_key"])
+    assert [r["kafka_key"] for r in rows] == [1, 2, 3, 4]
+    assert rows[0]["price"] == Decimal("9999999999.99") and rows[0]["n_items"] == 1
+    assert len(case.rejected()) == len(poison)
+    assert verify_pipeline(case.settings, case.name).ok
