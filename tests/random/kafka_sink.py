@@ -36,7 +36,7 @@ from eosflow.sinks.kafka import produce
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 from tests.random.machine import EXIT_LABEL, ScheduleMachine, schedule_step
 from tests.random.model import PipelineModel, Rows
-from tests.random.world import spawn_ingest
+from tests.random.world import retried, spawn_ingest
 
 KAFKA = frozenset({"kafka"})
 TIMEOUT_MS = 15_000  # the machine's transaction_timeout_ms: far above a normal range's seconds
@@ -96,15 +96,19 @@ class KafkaSinkMachine(ScheduleMachine):
             return
         admin = AdminClient(dict(self.settings.kafka))
         group = produce.group_id(self.pipe.name)
-        for future in admin.delete_consumer_groups([group], request_timeout=30).values():
-            try:
+
+        def delete() -> None:
+            for future in admin.delete_consumer_groups([group], request_timeout=30).values():
                 future.result()
-                self._fault("consumer group offsets removed")
-                self._outcome("removed")
-            except Exception as exc:  # noqa: BLE001 - a group never committed is not there to remove
-                if "GROUP_ID_NOT_FOUND" not in str(exc):
-                    raise
-                self._outcome("no group yet")
+
+        try:
+            retried(delete)
+            self._fault("consumer group offsets removed")
+            self._outcome("removed")
+        except Exception as exc:  # noqa: BLE001 - a group never committed is not there to remove
+            if "GROUP_ID_NOT_FOUND" not in str(exc):
+                raise
+            self._outcome("no group yet")
 
     @schedule_step(1, runners=KAFKA, partition=st.integers(0, 5))
     def replay_refused(self, partition: int) -> None:
@@ -141,12 +145,19 @@ class KafkaSinkMachine(ScheduleMachine):
             self._fault("transaction timed out")
         (folder / "in_kafka_transaction.resume").write_text("go")
         code = proc.wait()
-        self._outcome(f"{EXIT_LABEL.get(code, f'exit {code}')}" + ("" if paused else " (nothing to read)"))
-        if paused and code != 2:
+        # A run with no record to read may still pause there: its first ranges or acknowledged losses
+        # commit their offsets alone, and a transaction with no record in it holds nothing the broker
+        # would abort for its age, so it commits.
+        offsets_only = "no new records" in proc.tail(40)
+        self._outcome(
+            f"{EXIT_LABEL.get(code, f'exit {code}')}"
+            + (" (offsets only)" if paused and offsets_only else "" if paused else " (nothing to read)")
+        )
+        if paused and code != 2 and not (offsets_only and code == 0):
             self._violation(
                 f"a range past its transaction timeout ended {code}, not timed out:\n{proc.tail(25)}"
             )
-        if not paused and code != 0:
+        if not paused and code != 0 and not (code == 4 and self._may_lose()):
             self._violation(f"a run with nothing to read ended {code}:\n{proc.tail(25)}")
         if code == 0:
             self._committed_normal(False)

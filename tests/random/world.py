@@ -121,14 +121,16 @@ class Kafka:
     def offsets(self, partition: int) -> tuple[int, int]:
         """(log start, high watermark) of one partition."""
         tp = TopicPartition(self.topic, partition)
-        start = self.admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(timeout=30).offset
-        end = self.admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(timeout=30).offset
-        return start, end
+
+        def ask(spec):
+            return retried(lambda: self.admin.list_offsets({tp: spec})[tp].result(timeout=30).offset)
+
+        return ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())
 
     def delete_records(self, partition: int, before: int) -> int:
         """What retention does; returns the log start afterwards."""
         tp = TopicPartition(self.topic, partition, before)
-        self.admin.delete_records([tp])[tp].result(timeout=30)
+        retried(lambda: self.admin.delete_records([tp])[tp].result(timeout=30))
         return self.offsets(partition)[0]
 
     @staticmethod
@@ -214,6 +216,31 @@ class Kafka:
 
 
 # -- the warehouse ----------------------------------------------------------------------------------
+
+
+# What a broker answers for a while after it was paused or restarted, or a new cluster's coordinator
+# before it has loaded: the machine's own admin calls wait these out (eosflow's are what is tested).
+_PASSING = (
+    "NOT_COORDINATOR",
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "COORDINATOR_NOT_AVAILABLE",
+    "FENCED_LEADER_EPOCH",
+    "NOT_LEADER_OR_FOLLOWER",
+    "LEADER_NOT_AVAILABLE",
+    "UNKNOWN_LEADER_EPOCH",
+)
+
+
+def retried(call, timeout: float = 60.0):
+    """call(), again while Kafka answers with an error that passes by itself."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].name() not in _PASSING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def read_rows(dsn: str, pipeline: str, table: str) -> Rows:
