@@ -96,6 +96,24 @@ class IngestCase:
             timeout=300,
         )
 
+    def raced_while_paused(self, point: str, folder: Path) -> subprocess.CompletedProcess:
+        """A run (run id "zombie") paused at fault point `point` while a newer run commits the same
+        offsets; then resumed. Returns how the paused run ended (the newer run must have committed)."""
+        import time
+
+        env = self.env(EOSFLOW_PAUSE_AT=point, EOSFLOW_FAULT_DIR=str(folder))
+        cmd = [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", self.name, "--run-id", "zombie"]
+        zombie = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while not (folder / f"{point}.paused").exists():
+            assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never reached its pause"
+            time.sleep(0.2)
+        newer = self.ingest_process("--run-id", "newer")
+        assert newer.returncode == 0, newer.stderr[-3000:]
+        (folder / f"{point}.resume").write_text("go")
+        out, err = zombie.communicate(timeout=300)
+        return subprocess.CompletedProcess(cmd, zombie.returncode, out, err)
+
     # -- looking at the warehouse ---------------------------------------------------------------------
     def query(self, sql: str, *params) -> list[tuple]:
         with psycopg.connect(self.settings.warehouse_dsn) as conn:

@@ -119,28 +119,11 @@ def test_a_table_name_that_is_not_namespace_dot_name_is_refused(case):
 def test_a_run_paused_before_its_commit_is_fenced_by_the_catalog_when_another_committed(case, tmp_path):
     """The paused run loaded the table before the other committed: its own check of the positions passes
     on what it loaded, and only the catalog's compare-and-swap (no retry) stops it."""
-    import time
-
     table = as_iceberg_sink(case)
     case.produce(200, seed=35, partitions=2)
-    env = case.env(EOSFLOW_PAUSE_AT="after_stage", EOSFLOW_FAULT_DIR=str(tmp_path))
-    zombie = subprocess.Popen(
-        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name, "--run-id", "zombie"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 240
-    while not (tmp_path / "after_stage.paused").exists():
-        assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never reached its pause"
-        time.sleep(0.2)
-    newer = case.ingest_process("--run-id", "newer")
-    assert newer.returncode == 0, newer.stderr[-3000:]
-    (tmp_path / "after_stage.resume").write_text("go")
-    _, err = zombie.communicate(timeout=300)
-    assert zombie.returncode == 3, err[-3000:]
-    assert "another commit changed" in err
+    zombie = case.raced_while_paused("after_stage", tmp_path)
+    assert zombie.returncode == 3, zombie.stderr[-3000:]
+    assert "another commit changed" in zombie.stderr
     assert len(scan(case, table)) == 200
     assert verify_pipeline(case.settings, case.name).ok
 

@@ -138,30 +138,11 @@ def _kafka_transactions(case, *args: str):
 
 
 def test_a_zombie_paused_inside_its_transactions_is_fenced_by_a_newer_run(case, tmp_path):
-    import subprocess
-    import sys
-    import time
-
     case.as_kafka_sink()
     case.produce(300, seed=20, partitions=2)
-    env = case.env(EOSFLOW_PAUSE_AT="in_kafka_transaction", EOSFLOW_FAULT_DIR=str(tmp_path))
-    zombie = subprocess.Popen(
-        [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name, "--run-id", "zombie"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 240
-    while not (tmp_path / "in_kafka_transaction.paused").exists():
-        assert zombie.poll() is None and time.monotonic() < deadline, "the zombie never reached its pause"
-        time.sleep(0.2)
-    newer = case.ingest_process("--run-id", "newer")
-    assert newer.returncode == 0, newer.stderr[-3000:]
-    (tmp_path / "in_kafka_transaction.resume").write_text("go")
-    out, err = zombie.communicate(timeout=300)
-    assert zombie.returncode == 3, err[-3000:]  # fenced, as a zombie of a warehouse sink is
-    assert "fenced" in err
+    zombie = case.raced_while_paused("in_kafka_transaction", tmp_path)
+    assert zombie.returncode == 3, zombie.stderr[-3000:]  # fenced, as a zombie of a warehouse sink is
+    assert "fenced" in zombie.stderr
     committed = read_all(case.settings, case.output_topic)
     assert len(committed) == 300 and set(sources(committed).values()) == {1}
 

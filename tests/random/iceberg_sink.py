@@ -14,8 +14,6 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from eosflow import pipelines as pipelines_mod
-from eosflow.ledger.backfill import BackfillError, BackfillRequest
-from eosflow.runners import backfill_run
 from tests.random.machine import ScheduleMachine, schedule_step
 from tests.random.model import PipelineModel, Rows
 from tests.random.world import read_rejected
@@ -62,16 +60,7 @@ class IcebergSinkMachine(ScheduleMachine):
     @schedule_step(1, runners=ICEBERG, partition=st.integers(0, 5))
     def replay_refused(self, partition: int) -> None:
         """Replays into an Iceberg table are not built yet: refused, nothing written."""
-        self._begin("replay refused")
-        p = partition % self.partitions
-        before = self._footprint()
-        request = BackfillRequest(self.pipe.name, "replay", (p,), 0, 1, chunk_size=10)
-        try:
-            backfill_run.resolve(self.settings, request)
-            self._violation("a replay into an Iceberg sink validated")
-        except BackfillError as exc:
-            self._outcome("refused" if "not built yet" in str(exc) else "refused for another reason")
-        self._unchanged(before, "the replay was refused")
+        self._replay_refused(partition, "not built yet")
 
     @schedule_step(1, runners=ICEBERG)
     def compact(self) -> None:

@@ -30,8 +30,6 @@ from confluent_kafka.admin import AdminClient
 from hypothesis import strategies as st
 
 from eosflow import pipelines as pipelines_mod
-from eosflow.ledger.backfill import BackfillError, BackfillRequest
-from eosflow.runners import backfill_run
 from eosflow.sinks.kafka import produce
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 from tests.random.machine import EXIT_LABEL, ScheduleMachine, schedule_step
@@ -113,16 +111,7 @@ class KafkaSinkMachine(ScheduleMachine):
     @schedule_step(1, runners=KAFKA, partition=st.integers(0, 5))
     def replay_refused(self, partition: int) -> None:
         """A replay would append a second copy for every consumer: refused, nothing written."""
-        self._begin("replay refused")
-        p = partition % self.partitions
-        before = self._footprint()
-        request = BackfillRequest(self.pipe.name, "replay", (p,), 0, 1, chunk_size=10)
-        try:
-            backfill_run.resolve(self.settings, request)
-            self._violation("a replay into a Kafka sink validated")
-        except BackfillError as exc:
-            self._outcome("refused" if "second copy" in str(exc) else "refused for another reason")
-        self._unchanged(before, "the replay was refused")
+        self._replay_refused(partition, "second copy")
 
     @schedule_step(1, heavy=True, runners=KAFKA, when=lambda self: self.slow_faults)
     def range_times_out(self) -> None:

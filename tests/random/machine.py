@@ -257,6 +257,20 @@ class ScheduleMachine(Bookkeeping):
         and a refused run's footprint may change by the other's commits."""
         return False
 
+    def _replay_refused(self, partition: int, because: str) -> None:
+        """A sink that refuses replays: refused before anything is written, for the reason it gives."""
+        self._begin("replay refused")
+        before = self._footprint()
+        request = BackfillRequest(
+            self.pipe.name, "replay", (partition % self.partitions,), 0, 1, chunk_size=10
+        )
+        try:
+            backfill_run.resolve(self.settings, request)
+            self._violation(f"a replay into a {self.runner} sink validated")
+        except BackfillError as exc:
+            self._outcome("refused" if because in str(exc) else "refused for another reason")
+        self._unchanged(before, "the replay was refused")
+
     def _heavy_ok(self) -> bool:
         return self.since_heavy >= self.heavy_gap
 

@@ -133,6 +133,8 @@ def soak_one(runner: str, machine: type, chosen: int, target: int, heavy_gap: in
                     )
                 failures.append(f"round {rounds}, seed {chosen + rounds}")
             rounds += 1
+            for v in stats.violations[before:]:  # as it happens, not only in the report at the end
+                print(f"soak {runner}: VIOLATION {v[:2000]}", flush=True)
             print(
                 f"soak {runner}: round {rounds} done, {stats.total_steps}/{target} steps, "
                 f"{len(stats.violations)} violation(s), {time.monotonic() - started:.0f} s",

@@ -136,7 +136,14 @@ def test_the_page_shows_each_publishers_position_waiting_rows_and_what_holds_or_
             PublisherState(
                 publisher("hidden"),
                 PublisherHealth(
-                    "hidden", 0, None, (), 300.0, "5/1", "eosflow_reader cannot read outbox.hidden: GRANT …"
+                    "hidden",
+                    0,
+                    None,
+                    (),
+                    300.0,
+                    "5/1",
+                    "eosflow_reader cannot read outbox.hidden: GRANT …",
+                    False,
                 ),
             ),
             PublisherState(publisher("down"), None, "KafkaException: broker down"),

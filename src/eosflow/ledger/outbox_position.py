@@ -43,7 +43,13 @@ def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> 
 
 
 def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:
-    """The last committed position, read_committed; None before the first transaction."""
+    """The last committed position, read_committed; None before the first transaction (or before the
+    publisher's first run made its offsets topic: the view asks about publishers that never ran)."""
+    from eosflow.kafka_admin import admin
+
+    # All topics, not list_topics(topic=...): a metadata request naming a topic may create it.
+    if publisher.offsets_topic not in admin(kafka).list_topics(timeout=_TIMEOUT_S).topics:
+        return None
     found = None
     for m in read_to_end(kafka, [(publisher.offsets_topic, 0, -2)], idle_s=_TIMEOUT_S):
         if m.key() == key(publisher) and m.value() is not None:

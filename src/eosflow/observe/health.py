@@ -123,11 +123,11 @@ class PublisherHealth:
     stale_after_s: float
     position: str | None = None  # the last published row, "xid/id" (None: nothing published yet)
     unseen: str | None = None  # what this role cannot read, and the grant that lets it
+    counted: bool = True  # False: this role cannot read the outbox (the view's reader without its grant)
 
     @property
     def judged(self) -> bool:
-        """False when this role cannot count the waiting rows (the view's reader without its grants)."""
-        return self.unseen is None or self.held > 0
+        return self.counted
 
     @property
     def ok(self) -> bool:
@@ -169,22 +169,25 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
     from eosflow.sources import outbox
 
     name = publisher.name
+    role = conn.execute("select current_user").fetchone()[0]
+    try:
+        with conn.transaction():
+            if not outbox.has_position_column(conn, publisher):  # never published: nothing waits
+                return PublisherHealth(name, 0, None, (), stale_after_s)
+    except psycopg.errors.InsufficientPrivilege:
+        return PublisherHealth(name, 0, None, (), stale_after_s, None, _grant(conn, publisher, role), False)
     if publisher.delivery == "exactly_once":
         current = outbox_position.read(kafka, publisher)
     else:
         current = outbox_position.read_stored(conn, publisher)
     position = None if current is None else f"{current.xid}/{current.id}"
-    if not outbox.has_position_column(conn, publisher):  # never published: nothing waits
-        return PublisherHealth(name, 0, None, (), stale_after_s, position)
-    role = conn.execute("select current_user").fetchone()[0]
     try:
         with conn.transaction():
             held = outbox.held_back(conn, publisher, current)
     except psycopg.errors.InsufficientPrivilege:
-        grant = f"{role} cannot read {publisher.table}: " + "; ".join(
-            outbox.reader_grants(conn, publisher.table, role)
+        return PublisherHealth(
+            name, 0, None, (), stale_after_s, position, _grant(conn, publisher, role), False
         )
-        return PublisherHealth(name, 0, None, (), stale_after_s, position, grant)
     (sees_all,) = conn.execute(
         "select rolsuper or pg_has_role(current_user, 'pg_read_all_stats', 'member') from pg_roles "
         "where rolname = current_user"
@@ -201,3 +204,11 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
     ).fetchone()
     blockers = tuple(outbox.blocking_transactions(conn)) if held else ()
     return PublisherHealth(name, held, age, blockers, stale_after_s, position, unseen)
+
+
+def _grant(conn, publisher, role: str) -> str:
+    from eosflow.sources import outbox
+
+    return f"{role} cannot read {publisher.table}: " + "; ".join(
+        outbox.reader_grants(conn, publisher.table, role)
+    )
