@@ -389,3 +389,13 @@ def test_the_views_reader_sees_a_publishers_position_waiting_rows_and_what_holds
     (seen,) = publisher_snapshot(outbox.settings, [outbox.publisher])
     assert not seen.health.judged
     assert f"GRANT SELECT ON {outbox.table} TO {reader}" in seen.health.unseen
+
+
+def test_the_view_answers_for_a_publisher_that_never_ran(case):
+    """Its offsets topic does not exist yet: the view read it for 30 s and showed a read-back error."""
+    from eosflow.observe.state import publisher_snapshot
+
+    outbox = Outbox(case)
+    (seen,) = publisher_snapshot(outbox.settings, [outbox.publisher])
+    assert seen.error is None, seen.error
+    assert (seen.health.held, seen.health.position, seen.health.judged) == (0, None, True)
