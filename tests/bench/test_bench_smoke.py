@@ -104,8 +104,8 @@ def test_report_renders_latest_and_scaling_from_results(tmp_path):
         "r1", "2026-11-22 14:00 UTC", Machine("CPU", 2, 23.5, "6.1", "3.11", "17", "4.2.0", "15", "4.3.0"),
         (0.5, 0.4, 0.3), (1.5, 0.9, 0.4),
     )  # fmt: skip
-    seconds = {"read-ceiling": 2, "write-ceiling": 5, "write-ceiling-2": 4, "eosflow": 40, "overhead": 20,
-               "handwritten": 90, "competent": 36, "streaming": 45}  # fmt: skip
+    seconds = {"read-ceiling": 2, "write-ceiling": 5, "write-ceiling-2": 4, "eosflow": 40, "iceberg": 30,
+               "overhead": 20, "handwritten": 90, "competent": 36, "streaming": 45}  # fmt: skip
     latest = [_fake(m, 6, 1_000_000, s) for m, s in seconds.items()]
     paths = report.write_latest(tmp_path, latest, info)
     assert [p.name for p in paths] == ["latest.md", "latest.csv", "latest.png"]
@@ -115,6 +115,8 @@ def test_report_renders_latest_and_scaling_from_results(tmp_path):
     assert "| × the competent loop (≥ 1.0 at 4M) | 0.90 × | reported |" in text
     assert "| commit step ≤ 0.5 s at 4M | 1.00 s | at 4M |" in text
     assert "Without it, eosflow moves 50,000 records/s" in text
+    assert "| Iceberg sink ≥ 1.5 × the Postgres sink (eosflow) | 1.33 × | MISSED |" in text
+    assert "## Where the Iceberg sink's time goes" in text
     assert [r.measurement for r in read_csv(tmp_path / "latest.csv")] == list(MEASUREMENTS)
 
     scaling = [
