@@ -127,8 +127,9 @@ def soak_one(runner: str, machine: type, chosen: int, target: int, heavy_gap: in
                 )
             except Exception as exc:  # noqa: BLE001 - recorded, and the soak goes on
                 if len(stats.violations) == before:
+                    # The exception's own words first: Hypothesis' report of the steps can fill the tail.
                     stats.violations.append(
-                        f"round {rounds} (seed {chosen + rounds}): {type(exc).__name__}: "
+                        f"round {rounds} (seed {chosen + rounds}): {type(exc).__name__}: {str(exc)[:1500]}\n"
                         + "".join(traceback.format_exception(exc))[-3000:]
                     )
                 failures.append(f"round {rounds}, seed {chosen + rounds}")
