@@ -123,14 +123,16 @@ class Kafka:
         tp = TopicPartition(self.topic, partition)
 
         def ask(spec):
-            return retried(lambda: self.admin.list_offsets({tp: spec})[tp].result(timeout=30).offset)
+            return retried(
+                lambda: self.admin.list_offsets({tp: spec})[tp].result(timeout=30).offset, self._fresh_admin
+            )
 
         return ask(OffsetSpec.earliest()), ask(OffsetSpec.latest())
 
     def delete_records(self, partition: int, before: int) -> int:
         """What retention does; returns the log start afterwards."""
         tp = TopicPartition(self.topic, partition, before)
-        retried(lambda: self.admin.delete_records([tp])[tp].result(timeout=30))
+        retried(lambda: self.admin.delete_records([tp])[tp].result(timeout=30), self._fresh_admin)
         return self.offsets(partition)[0]
 
     @staticmethod
@@ -142,6 +144,9 @@ class Kafka:
             time.sleep(0.2)
 
     # -- producing ----------------------------------------------------------------------------------
+    def _fresh_admin(self) -> None:
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+
     def reset_producers(self) -> None:
         self.close()
         self._generation += 1
@@ -231,8 +236,10 @@ _PASSING = (
 )
 
 
-def retried(call, timeout: float = 60.0):
-    """call(), again while Kafka answers with an error that passes by itself."""
+def retried(call, refresh=None, timeout: float = 60.0):
+    """call(), again while Kafka answers with an error that passes by itself. `refresh()` before a retry:
+    an AdminClient keeps a partition's leader epoch from its metadata, and after a broker restart it is
+    answered FENCED_LEADER_EPOCH until that metadata is refreshed (minutes), so the caller makes a new one."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -241,6 +248,8 @@ def retried(call, timeout: float = 60.0):
             if exc.args[0].name() not in _PASSING or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+            if refresh is not None:
+                refresh()
 
 
 def read_rows(dsn: str, pipeline: str, table: str) -> Rows:
