@@ -719,6 +719,12 @@ class ScheduleMachine(Bookkeeping):
         self._outcome(f"{label} ({len(chunks)} chunks)" if label == "committed" else label)
         if label == "fenced" and self.racing:
             return  # the stream took those offsets first: nothing of the chunk committed
+        if (
+            label == "refused by validation"
+            and self.racing
+            and "must start at the stored position" in str(exc)
+        ):
+            return  # the stream committed between the request's validation and its run: refused, nothing run
         if label != "committed":
             self._violation(f"a validated catch-up of {len(chunks)} chunks ended {label}: {exc}")
         self._caught_up({c.partition for c in chunks})
