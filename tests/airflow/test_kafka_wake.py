@@ -66,11 +66,7 @@ def _woken_run(server, dag_id: str, known: set[str], timeout: float = 240) -> di
 
 
 def _wake_events(server, pipeline: IngestCase) -> int:
-    code, body = server.request(
-        "GET", f"/api/v2/assets/events?name_pattern=wake.{pipeline.name}&limit=1000", token=server.token()
-    )
-    assert code == 200, body
-    return body["total_entries"]
+    return server.asset_events(f"name_pattern=wake.{pipeline.name}&limit=1000")["total_entries"]
 
 
 def _group_lag(pipeline: IngestCase, group: str) -> dict[int, int]:

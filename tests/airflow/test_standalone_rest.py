@@ -71,11 +71,7 @@ def test_a_cleared_ingest_task_reruns_without_duplicating_anything(airflow_serve
 
 
 def _asset_events(server, run_id: str) -> list[dict]:
-    code, body = server.request(
-        "GET", f"/api/v2/assets/events?source_run_id={quote(run_id)}&limit=100", token=server.token()
-    )
-    assert code == 200, body
-    return body["asset_events"]
+    return server.asset_events(f"source_run_id={quote(run_id)}&limit=100")["asset_events"]
 
 
 def _trigger(server, dag_id: str) -> str:
