@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab_trials(tmp_path_factory) -> list[dict]:
-    """`eosflow lab --small`: 24 trials of real faults, each a fresh pipeline run by real processes on the
-    lab's own stack (8 to 10 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
+    """`eosflow lab --small`: 17 trials of real faults, each a fresh pipeline run by real processes on the
+    lab's own stack (about 7 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
     out = tmp_path_factory.mktemp("lab")
     done = subprocess.run(
         [
@@ -71,14 +71,8 @@ def test_exactly_once_loses_and_duplicates_nothing_in_any_consumer_fault(lab_tri
         r for r in lab_trials if r["producer"] == "transactional" and r["mode"] == "exactly_once"
     ]
     scenarios = {r["scenario"] for r in consumer_side}
-    assert scenarios >= {
-        "kill -9 in_commit",
-        "kill -9 after_commit",
-        "broker restart mid-read",
-        "postgres restart mid-commit",
-        "zombie run wakes late",
-        "airflow task cleared and re-run",
-    }, scenarios
+    wanted = {"kill -9 in_commit", "postgres restart mid-commit", "zombie run wakes late"}
+    assert scenarios >= wanted, scenarios
     for r in consumer_side:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
         assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
@@ -116,11 +110,7 @@ def test_acks_all_loses_nothing_when_the_leader_dies_and_acks_1_does(lab_trials)
 @pytest.mark.timeout(3600)
 def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
     kafka_eo = [r for r in lab_trials if r["mode"] == "kafka_exactly_once"]
-    assert {r["scenario"] for r in kafka_eo} >= {
-        "kill -9 in_kafka_transaction",
-        "kill -9 in_commit",
-        "zombie run wakes late",
-    }
+    assert {r["scenario"] for r in kafka_eo} >= {"kill -9 in_kafka_transaction", "kill -9 in_commit"}
     for r in kafka_eo:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
         assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
@@ -130,9 +120,9 @@ def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_onc
 
 
 @pytest.mark.timeout(3600)
-def test_an_iceberg_sink_loses_and_duplicates_nothing_when_killed_in_its_commit_or_raced(lab_trials):
+def test_an_iceberg_sink_loses_and_duplicates_nothing_when_killed_in_its_commit(lab_trials):
     iceberg = [r for r in lab_trials if r["mode"] == "iceberg_exactly_once"]
-    assert {r["scenario"] for r in iceberg} >= {"kill -9 in_commit", "zombie run wakes late"}
+    assert {r["scenario"] for r in iceberg} >= {"kill -9 in_commit"}
     for r in iceberg:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
         assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
@@ -141,22 +131,17 @@ def test_an_iceberg_sink_loses_and_duplicates_nothing_when_killed_in_its_commit_
 @pytest.mark.timeout(3600)
 def test_the_exactly_once_publisher_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
     published = [r for r in lab_trials if r["mode"] == "publish_exactly_once"]
-    assert {r["scenario"] for r in published} >= {
-        "publisher kill -9 publish_in_transaction",
-        "publisher zombie wakes late",
-    }
+    assert {r["scenario"] for r in published} >= {"publisher kill -9 publish_in_transaction"}
     for r in published:
         assert r["acknowledged"] > 0 and (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
-    zombie = _pick(lab_trials, "publisher zombie wakes late", "publish_exactly_once")
-    assert "exit 3 (fenced)" in zombie["fault_detail"], zombie
     alo = _pick(lab_trials, "publisher kill -9 publish_in_transaction", "publish_at_least_once")
     assert alo["duplicated"] > 0 and alo["lost"] == 0, alo
 
 
 @pytest.mark.timeout(3600)
-def test_the_stream_loses_and_duplicates_nothing_when_killed_in_its_commit_or_raced_by_a_replay(lab_trials):
+def test_the_stream_loses_and_duplicates_nothing_when_raced_by_a_replay(lab_trials):
     streamed = [r for r in lab_trials if r["mode"] == "stream_exactly_once"]
-    assert {r["scenario"] for r in streamed} == {"stream kill -9 in_commit", "stream + replay race"}
+    assert {r["scenario"] for r in streamed} == {"stream + replay race"}
     for r in streamed:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
         assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
