@@ -202,3 +202,107 @@ def test_an_avro_topic_of_every_declared_type_lands_in_an_iceberg_table(case, ru
     assert rows[0]["price"] == Decimal("9999999999.99") and rows[0]["n_items"] == 1
     assert len(case.rejected()) == len(poison)
     assert verify_pipeline(case.settings, case.name).ok
+
+
+def _replay(case, start: int, end: int, run_id: str, chunk_size: int = 1_000):
+    from eosflow.ledger.backfill import BackfillRequest
+    from eosflow.runners import backfill_run
+
+    request = BackfillRequest(case.name, "replay", (0,), start, end, chunk_size=chunk_size)
+    chunks = backfill_run.resolve(case.settings, request)
+    return backfill_run.run(case.settings, request, run_id, chunks, log=lambda m: None)
+
+
+def _versions(case, table: str) -> dict[int, str]:
+    return {r["kafka_offset"]: r["transform_version"] for r in scan(case, table)}
+
+
+def test_a_replay_replaces_its_range_in_one_iceberg_commit_rejected_rows_and_all(case):
+    """A transform change replayed over part of the history: the range's rows and rejected rows are
+    replaced (none lost, none doubled), the position stays, the ledger mirrors a replay row per chunk."""
+    from eosflow.sinks.iceberg.catalog import catalog, positions
+
+    table = as_iceberg_sink(case)
+    manifest = case.produce(300, seed=36, partitions=1)
+    produce_bad(case, partition=0)  # offsets 300..302 of partition 0
+    assert case.ingest().outcome == "committed"
+    before = _versions(case, table)
+    assert set(before.values()) == {"v1"} and len(before) == 300
+
+    case.write_config(transform_version="v2")
+    done = _replay(case, 100, 303, "replay-1", chunk_size=150)
+    assert [s.outcome for s in done] == ["committed", "committed"]
+    after = _versions(case, table)
+    assert sorted(after) == sorted(before)  # the same records, none lost, none doubled
+    assert {o for o, v in after.items() if v == "v2"} == set(range(100, 300))
+    assert sorted(str(r["event_id"]) for r in scan(case, table)) == sorted(
+        str(a.event_id) for a in manifest.visible()
+    )
+    assert [r[1] for r in case.rejected()] == [300, 301, 302]  # replaced, not added
+    replays = [(r[1], r[2], r[4], r[5], r[6]) for r in case.ledger() if r[3] == "replay"]
+    assert replays == [(100, 250, 150, 150, 0), (250, 303, 53, 50, 3)]
+    held = positions(catalog(case.settings).load_table(table))[(case.topic, 0)]
+    assert (held.offset, held.replays) == (303, 2)
+    assert case.query(
+        "select next_offset, replays from eosflow.positions where pipeline = %s", case.name
+    ) == [(303, 2)]
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+    again = _replay(case, 100, 303, "replay-1", chunk_size=150)  # the same run id: nothing twice
+    assert [s.outcome for s in again] == ["already committed"] * 2
+    assert _versions(case, table) == after
+    more = case.produce(40, seed=37, partitions=1)  # and the pipeline goes on from where it was
+    assert case.ingest().outcome == "committed"
+    assert len(scan(case, table)) == 300 + len(more.visible())
+    held = positions(catalog(case.settings).load_table(table))[(case.topic, 0)]
+    assert held.offset > 303 and held.replays == 2  # a commit moves the position, keeps the replay count
+    assert verify_pipeline(case.settings, case.name).ok
+
+
+def test_a_replay_killed_after_its_iceberg_commit_is_mirrored_once_by_the_next_run(case):
+    table = as_iceberg_sink(case)
+    case.produce(120, seed=38, partitions=1)
+    produce_bad(case, partition=0)
+    assert case.ingest().outcome == "committed"
+    case.write_config(transform_version="v2")
+    killed = case.ingest_process(
+        "--run-id", "replay-killed", "--range", f"{case.topic}:0:0-123", "--mode", "replay",
+        EOSFLOW_CRASH_AT="in_commit",
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert set(_versions(case, table).values()) == {"v2"}  # committed in the table
+    assert [r for r in case.ledger() if r[3] == "replay"] == []  # not in the ledger
+    assert case.ingest().outcome == "committed"  # its reconcile mirrors the replay first
+    assert [(r[1], r[2], r[4]) for r in case.ledger() if r[3] == "replay"] == [(0, 123, 123)]
+    assert len(case.rejected()) == len(BAD) and len(scan(case, table)) == 120
+    assert case.query("select replays from eosflow.positions where pipeline = %s", case.name) == [(1,)]
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+
+def test_a_replay_retried_after_another_replay_committed_is_fenced_and_one_short_of_rows_is_refused(case):
+    """A replay killed after its plan, retried (same run id, same plan) after another replay of the range
+    committed: fenced by the table's replay count. Then a row deleted behind eosflow's back: the re-read
+    no longer matches what is committed, and nothing is written."""
+    from eosflow.ledger.positions import ReplayCountError
+    from eosflow.ledger.ranges import OffsetRange
+    from eosflow.sinks.iceberg.catalog import catalog
+    from eosflow.sinks.iceberg.commit import in_range
+
+    table = as_iceberg_sink(case)
+    case.produce(100, seed=39, partitions=1)
+    assert case.ingest().outcome == "committed"
+    slow = ("--run-id", "slow", "--range", f"{case.topic}:0:0-100", "--mode", "replay")
+    killed = case.ingest_process(*slow, EOSFLOW_CRASH_AT="after_plan")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert [s.outcome for s in _replay(case, 0, 100, "quick")] == ["committed"]
+    retried = case.ingest_process(*slow)
+    assert retried.returncode == 3, retried.stderr[-3000:]
+    assert "planned after 0 replay(s), the table holds 1" in retried.stderr
+    assert len([r for r in case.ledger() if r[3] == "replay"]) == 1
+
+    catalog(case.settings).load_table(table).delete(in_range(OffsetRange(case.topic, 0, 10, 11)))
+    with pytest.raises(ReplayCountError, match="re-read 100 records, 99 are committed"):
+        _replay(case, 0, 100, "after-the-loss")
+    assert len(scan(case, table)) == 99

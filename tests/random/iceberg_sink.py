@@ -4,14 +4,13 @@ truth.
 The machine is tests/random/machine.py's, with the pipeline writing to an Iceberg table instead of a
 Postgres one. What the sink holds is read back by a PyIceberg scan of the table's current snapshot (not
 eosflow's write path), the rejected rows from eosflow.rejected (the ledger mirror copies them there), and
-compared with the same producer-side model. Its own steps: a replay refused before anything is written,
-and `eosflow compact` (files merged, snapshots expired, unreferenced files removed) between any two steps,
-which must change no record and no position. At quiescent points `eosflow verify` must pass too.
+compared with the same producer-side model. Replays are the batch machine's (one Iceberg commit deletes the
+range's rows and adds the re-read ones). Its own step: `eosflow compact` (files merged, snapshots expired,
+unreferenced files removed) between any two steps, which must change no record and no position. At
+quiescent points `eosflow verify` must pass too.
 """
 
 from __future__ import annotations
-
-from hypothesis import strategies as st
 
 from eosflow import pipelines as pipelines_mod
 from tests.random.machine import ScheduleMachine, schedule_step
@@ -57,11 +56,6 @@ class IcebergSinkMachine(ScheduleMachine):
             self._violation(f"eosflow verify failed at a quiescent point:\n{verdict.table()}")
 
     # -- its own steps -----------------------------------------------------------------------------
-    @schedule_step(1, runners=ICEBERG, partition=st.integers(0, 5))
-    def replay_refused(self, partition: int) -> None:
-        """Replays into an Iceberg table are not built yet: refused, nothing written."""
-        self._replay_refused(partition, "not built yet")
-
     @schedule_step(1, runners=ICEBERG)
     def compact(self) -> None:
         """eosflow compact between two steps: the same records and positions afterwards."""

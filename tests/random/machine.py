@@ -76,7 +76,7 @@ EXIT_LABEL = {
 # a machine of its own (tests/random/publisher.py): it reads an outbox, not a topic.
 EVERY_RUNNER = frozenset({"batch", "kafka", "stream", "iceberg"})
 WITHOUT_STREAM = frozenset({"batch", "kafka", "iceberg"})  # retention and re-created topics
-WAREHOUSE = frozenset({"batch", "stream"})  # replays: refused for a Kafka sink (its own step)
+REPLAYS = frozenset({"batch", "stream", "iceberg"})  # replays: refused for a Kafka sink (its own step)
 
 
 @dataclass(frozen=True)
@@ -766,14 +766,14 @@ class ScheduleMachine(Bookkeeping):
 
     @schedule_step(
         2,
-        runners=WAREHOUSE,
+        runners=REPLAYS,
         which=st.integers(0, 100),
         a=st.floats(0, 1),
         b=st.floats(0, 1),
         chunk_size=st.sampled_from([3, 10, 1000]),
     )
     def replay(self, which: int, a: float, b: float, chunk_size: int) -> None:
-        """Re-read a committed range (chosen among the rows the warehouse holds) and replace its rows."""
+        """Re-read a committed range (chosen among the rows the sink holds) and replace its rows."""
         self._begin("replay backfill")
         r = self._replay_range(which, a, b)
         if r is None:
@@ -809,7 +809,7 @@ class ScheduleMachine(Bookkeeping):
     @schedule_step(
         1,
         heavy=True,
-        runners=WAREHOUSE,
+        runners=REPLAYS,
         which=st.integers(0, 100),
         a=st.floats(0, 1),
         b=st.floats(0, 1),

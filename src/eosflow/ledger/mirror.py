@@ -24,6 +24,7 @@ from eosflow.ledger.positions import (
     PartitionCounts,
     advance,
     expected_position,
+    ledger_row,
     lock_positions,
 )
 from eosflow.ledger.ranges import PartitionPlan, Plan
@@ -62,14 +63,27 @@ class RangeOutcome:
 
 
 @dataclass(frozen=True)
+class SinkReplayed:
+    """The last replay a sink committed for one partition: its batch and counts."""
+
+    batch_id: str
+    read: int = 0
+    written: int = 0
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
 class SinkCommitted:
-    """What the sink says it committed for one partition: up to `offset`, by `batch_id`, with its counts."""
+    """What the sink says it committed for one partition: up to `offset`, by `batch_id`, with its counts;
+    for a sink that replays, how many replays it committed and the last one."""
 
     offset: int
     batch_id: str | None
     read: int = 0
     written: int = 0
     rejected: int = 0
+    replays: int = 0
+    last_replay: SinkReplayed | None = None
 
 
 def mirror(
@@ -125,6 +139,49 @@ def mirror(
     return outcome, counts
 
 
+def mirror_replay(
+    conn: psycopg.Connection,
+    plan: Plan,
+    outcomes: Mapping[Key, RangeOutcome],
+    where: str,
+    also: Also | None = None,
+) -> tuple[str, dict]:
+    """Record a replay the sink committed: a `replay` ledger row per range and the partition's replay
+    count, in one transaction under the positions' locks; positions stay. Idempotent like `mirror`
+    (a range whose replay row is there is left as it is). `also` replaces the ranges' rejected rows.
+    FencedError if the sink fenced the replay (another replay committed since it was planned)."""
+    done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
+    counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
+    with conn.transaction():
+        lock_positions(conn, plan)
+        mirrored = _mirrored(conn, plan)
+        parts = [p for p in plan.partitions if _key(p) in done and _key(p) not in mirrored]
+        for part in parts:
+            ledger_row(conn, plan, part.range, "replay", counts[_key(part)])
+            conn.execute(
+                "update eosflow.positions set replays = replays + 1, updated_at = now() "
+                "where pipeline = %s and topic = %s and partition = %s",
+                (plan.pipeline, *_key(part)),
+            )
+        if also is not None and parts:
+            also(conn, plan, parts)
+        if all(_key(p) in mirrored or p in parts for p in plan.partitions):
+            conn.execute(
+                "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
+                "where batch_id = %s",
+                (plan.batch_id,),
+            )
+    fenced = [o.detail for o in outcomes.values() if o.outcome == FENCED]
+    if fenced:
+        raise FencedError(
+            f"replay {plan.batch_id} is fenced in {where}: another replay of these partitions committed "
+            f"since it was planned ({'; '.join(fenced)}). Nothing of it was written. Start a new run (new "
+            "run id) if the range still needs replaying."
+        )
+    fresh = any(o.outcome != ALREADY_COMMITTED for o in done.values())
+    return (COMMITTED if fresh else ALREADY_COMMITTED), counts
+
+
 def reconcile(
     conn: psycopg.Connection,
     pipeline: str,
@@ -145,6 +202,8 @@ def reconcile(
         if not ledger:
             continue  # nothing planned yet: the sink cannot be ahead of a plan that does not exist
         for partition, found in committed(topic, sorted(ledger)).items():
+            if found.replays and found.replays > store.replays(conn, pipeline, topic, partition):
+                mirrored += _reconcile_replay(conn, pipeline, topic, partition, found, where, log, also)
             if ledger.get(partition) == found.offset:
                 continue
             loaded = store.load_plan(conn, found.batch_id or "")
@@ -171,6 +230,37 @@ def reconcile(
             )
             mirrored += 1
     return mirrored
+
+
+def _reconcile_replay(
+    conn: psycopg.Connection,
+    pipeline: str,
+    topic: str,
+    partition: int,
+    found: SinkCommitted,
+    where: str,
+    log: Callable[[str], None],
+    also: Also | None,
+) -> int:
+    """Mirror the replay the sink committed last and the ledger does not show (its run died between)."""
+    ledger_replays = store.replays(conn, pipeline, topic, partition)
+    replay = found.last_replay
+    loaded = store.load_plan(conn, replay.batch_id) if replay is not None else None
+    part = _part(loaded[0], topic, partition) if loaded else None
+    if found.replays != ledger_replays + 1 or part is None or loaded[0].kind != "replay":
+        raise LedgerBehindError(
+            f"pipeline {pipeline}: {where} committed {found.replays} replay(s) of {topic}[{partition}] "
+            f"(the last by batch {replay.batch_id if replay else 'unknown'}), the ledger shows "
+            f"{ledger_replays}, which no persisted replay plan explains. Nothing was planned; see "
+            "docs/DESIGN.md, 'The ledger behind a sink'."
+        )
+    outcome = RangeOutcome(topic, partition, ALREADY_COMMITTED, replay.read, replay.written, replay.rejected)
+    mirror_replay(conn, loaded[0], {(topic, partition): outcome}, where, also)
+    log(
+        f"mirrored the replay of {part.range} by batch {replay.batch_id}: {where} committed it, and its run "
+        "died before the ledger did"
+    )
+    return 1
 
 
 def _key(part: PartitionPlan) -> Key:

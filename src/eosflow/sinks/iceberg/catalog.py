@@ -7,7 +7,8 @@ Trino or Flink open the same tables. Data files go under EOSFLOW_ICEBERG_WAREHOU
 
 A table's positions are its own properties, `eosflow.position.<topic>[<partition>]`, set in the same
 Iceberg commit as the data files they account for: table metadata, so they survive snapshot expiry
-and compaction, which keep the current properties.
+and compaction, which keep the current properties. Each holds the next offset, the last commit's batch
+and counts, and how many replays committed with the last one's batch and counts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from eosflow.errors import PipelineConfigError
-from eosflow.ledger.mirror import SinkCommitted
+from eosflow.ledger.mirror import SinkCommitted, SinkReplayed
 from eosflow.settings import Settings
 
 if TYPE_CHECKING:
@@ -139,35 +140,49 @@ def _iceberg_type(arrow_type: pa.DataType):
     return schema.find_field("x").field_type
 
 
+def position_bodies(table: Table) -> dict[Key, dict]:
+    """The table's position properties as they are stored, per (topic, partition)."""
+    found = {}
+    for key, value in table.properties.items():
+        m = _POSITION_KEY.match(key)
+        if m:
+            found[(m.group(1), int(m.group(2)))] = json.loads(value)
+    return found
+
+
 def positions(table: Table) -> dict[Key, SinkCommitted]:
-    """What the table's commits say they committed, per (topic, partition)."""
+    """What the table's commits say they committed, per (topic, partition): the last commit's batch and
+    counts, and how many replays committed (with the last one's batch and counts)."""
     found = {}
-    for key, value in table.properties.items():
-        m = _POSITION_KEY.match(key)
-        if m:
-            body = json.loads(value)
-            found[(m.group(1), int(m.group(2)))] = SinkCommitted(
-                body["next"],
-                body.get("batch"),
-                body.get("read", 0),
-                body.get("written", 0),
-                body.get("rejected", 0),
-            )
+    for key, body in position_bodies(table).items():
+        replay = body.get("replay")
+        found[key] = SinkCommitted(
+            body["next"],
+            body.get("batch"),
+            body.get("read", 0),
+            body.get("written", 0),
+            body.get("rejected", 0),
+            body.get("replays", 0),
+            None
+            if replay is None
+            else SinkReplayed(replay["batch"], replay["read"], replay["written"], replay["rejected"]),
+        )
     return found
 
 
-def rejected_files(table: Table) -> dict[Key, list[str]]:
-    """The rejected rows' files each partition's last commit names (for a ledger mirror after a crash)."""
+def rejected_files(table: Table, kind: str = "data") -> dict[Key, list[str]]:
+    """The rejected rows' files each partition's last commit (kind "data") or last replay (kind
+    "replay") names: what a ledger mirror after a crash copies into eosflow.rejected."""
     found = {}
-    for key, value in table.properties.items():
-        m = _POSITION_KEY.match(key)
-        if m:
-            found[(m.group(1), int(m.group(2)))] = json.loads(value).get("rejected_files", [])
+    for key, body in position_bodies(table).items():
+        found[key] = (body if kind == "data" else body.get("replay") or {}).get("rejected_files", [])
     return found
 
 
-def position_property(key: Key, committed: SinkCommitted, rejected_files: list[str]) -> dict[str, str]:
-    body = {
+def committed_body(body: dict | None, committed: SinkCommitted, rejected_files: list[str]) -> dict:
+    """A partition's stored position after a commit: the commit's end, batch and counts; replays kept."""
+    return {
+        **(body or {}),
         "next": committed.offset,
         "batch": committed.batch_id,
         "read": committed.read,
@@ -175,4 +190,19 @@ def position_property(key: Key, committed: SinkCommitted, rejected_files: list[s
         "rejected": committed.rejected,
         "rejected_files": rejected_files,
     }
+
+
+def replayed_body(body: dict, replay: SinkReplayed, rejected_files: list[str]) -> dict:
+    """A partition's stored position after a replay: the position stays, one more replay, this one last."""
+    last = {
+        "batch": replay.batch_id,
+        "read": replay.read,
+        "written": replay.written,
+        "rejected": replay.rejected,
+        "rejected_files": rejected_files,
+    }
+    return {**body, "replays": body.get("replays", 0) + 1, "replay": last}
+
+
+def position_property(key: Key, body: dict) -> dict[str, str]:
     return {f"{POSITION}{key[0]}[{key[1]}]": json.dumps(body, separators=(",", ":"))}

@@ -5,16 +5,23 @@ decision as a Kafka sink's: the planned start means go on, the planned end set b
 already committed, anything else FENCED), then adds the files and sets the positions in one Iceberg
 transaction. The catalog swaps the table's metadata only if it is still the one loaded (and PyIceberg
 does not retry: catalog.NO_RETRIES), so a run raced by another commit fails whole: FENCED, with
-nothing of it visible.
+nothing of it visible. A replay (commit_replay) is the same one transaction: its ranges' rows deleted
+(PyIceberg rewrites the files they share with other rows), the re-read files added, the replay counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from eosflow.ledger.mirror import FENCED, RangeOutcome, SinkCommitted
-from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
-from eosflow.ledger.ranges import PartitionPlan, Plan
+from eosflow.ledger.mirror import FENCED, RangeOutcome, SinkCommitted, SinkReplayed
+from eosflow.ledger.positions import (
+    ALREADY_COMMITTED,
+    COMMITTED,
+    ReplayCountError,
+    ReplayOutsideCommittedError,
+    expected_position,
+)
+from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
 from eosflow.sinks.iceberg import catalog as iceberg
 from eosflow.sinks.iceberg.files import Written
 from eosflow.sources.kafka.read import ReadOutsidePlanError
@@ -24,8 +31,6 @@ Key = tuple[str, int]
 
 def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, RangeOutcome]:
     """Commit the plan's ranges into `table` (loaded by the caller); the outcome of each range."""
-    from pyiceberg.exceptions import CommitFailedException
-
     if table.properties.get("commit.retry.num-retries") != "0":
         raise RuntimeError(
             f"Iceberg table {'.'.join(table.name())}: commit.retry.num-retries is not 0, so a concurrent "
@@ -46,28 +51,116 @@ def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, Range
     if not going:
         return outcomes
     files = [f for p in going for f in written.get(_key(p), Written()).data_files]
+    bodies = iceberg.position_bodies(table)
     properties: dict[str, str] = {}
     for part in going:
         w = written.get(_key(part), Written())
         done = SinkCommitted(part.range.end, plan.batch_id, w.read, w.written, w.rejected)
-        properties |= iceberg.position_property(_key(part), done, w.rejected_files)
+        body = iceberg.committed_body(bodies.get(_key(part)), done, w.rejected_files)
+        properties |= iceberg.position_property(_key(part), body)
+    return outcomes | _transaction(table, going, written, files, properties)
+
+
+def commit_replay(
+    table, plan: Plan, written: Mapping[Key, Written], committed_in: Callable[[OffsetRange], int]
+) -> dict[Key, RangeOutcome]:
+    """Replace the rows of already committed ranges with their re-read versions, in one Iceberg commit
+    (the ranges' rows deleted, the new files added, each partition's replay count raised); positions
+    stay. Fenced if another replay of a partition committed since this one was planned; refused
+    (nothing written) if a range reaches past the committed position, or if the re-read holds other
+    than the `committed_in(range)` records committed there (rows and rejected rows)."""
+    held = iceberg.positions(table)
+    outcomes: dict[Key, RangeOutcome] = {}
+    going: list[PartitionPlan] = []
+    for part in plan.partitions:
+        r, key = part.range, _key(part)
+        w = written.get(key, Written())
+        _check_within(plan, part, w)
+        found = held.get(key)
+        if (
+            found is not None
+            and found.last_replay is not None
+            and found.last_replay.batch_id == plan.batch_id
+        ):
+            why = f"{r} was replayed by this batch earlier"
+            outcomes[key] = RangeOutcome(
+                *key, ALREADY_COMMITTED, w.read, w.written, w.rejected, w.lo, w.hi, why
+            )
+        elif found is None or found.offset < r.end:
+            raise ReplayOutsideCommittedError(
+                f"replay {plan.batch_id}: {r} reaches past the committed position "
+                f"({'none' if found is None else found.offset}); nothing was written. Replay only committed "
+                "offsets, or catch up first."
+            )
+        elif part.replays is not None and found.replays != part.replays:
+            why = f"{r.topic}[{r.partition}] planned after {part.replays} replay(s), the table holds "
+            why += str(found.replays)
+            outcomes[key] = RangeOutcome(*key, FENCED, w.read, w.written, w.rejected, w.lo, w.hi, why)
+        else:
+            going.append(part)
+    if not going or any(o.outcome == FENCED for o in outcomes.values()):
+        return outcomes
+    wrong = [
+        f"{p.range}: re-read {written.get(_key(p), Written()).read:,} records, {committed_in(p.range):,} are "
+        "committed"
+        for p in going
+        if written.get(_key(p), Written()).read != committed_in(p.range)
+    ]
+    if wrong:
+        raise ReplayCountError(
+            f"replay {plan.batch_id} refused: {'; '.join(wrong)}. Nothing was written: replacing the rows "
+            "would lose or invent records. Kafka no longer holds the committed records of the range as "
+            "they were (a compacted topic, or records deleted); replay a range Kafka still holds whole."
+        )
+    bodies = iceberg.position_bodies(table)
+    properties: dict[str, str] = {}
+    for part in going:
+        w = written.get(_key(part), Written())
+        replay = SinkReplayed(plan.batch_id, w.read, w.written, w.rejected)
+        body = iceberg.replayed_body(bodies[_key(part)], replay, w.rejected_files)
+        properties |= iceberg.position_property(_key(part), body)
+    files = [f for p in going for f in written.get(_key(p), Written()).data_files]
+    deleted = [in_range(p.range) for p in going]
+    return outcomes | _transaction(table, going, written, files, properties, deleted)
+
+
+def in_range(r: OffsetRange):
+    """The rows of a range, as an Iceberg filter."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+
+    return And(
+        EqualTo("kafka_topic", r.topic),
+        EqualTo("kafka_partition", r.partition),
+        GreaterThanOrEqual("kafka_offset", r.start),
+        LessThan("kafka_offset", r.end),
+    )
+
+
+def _transaction(
+    table, going: list[PartitionPlan], written: Mapping[Key, Written], files, properties, deleted=()
+) -> dict[Key, RangeOutcome]:
+    """One Iceberg transaction: rows deleted, files added, positions set; FENCED if the table changed."""
+    from pyiceberg.exceptions import CommitFailedException
+
     try:
         with table.transaction() as tx:
+            for where in deleted:
+                tx.delete(where)
             if files:
                 tx.add_files(files)
             tx.set_properties(properties)
     except CommitFailedException as exc:
         why = f"another commit changed {'.'.join(table.name())} since this run loaded it ({exc})"
-        for part in going:
-            w = written.get(_key(part), Written())
-            outcomes[_key(part)] = RangeOutcome(
-                *_key(part), FENCED, w.read, w.written, w.rejected, w.lo, w.hi, why
-            )
-        return outcomes
+        outcome, detail = FENCED, why
+    else:
+        outcome, detail = COMMITTED, ""
+    out = {}
     for part in going:
         w = written.get(_key(part), Written())
-        outcomes[_key(part)] = RangeOutcome(*_key(part), COMMITTED, w.read, w.written, w.rejected, w.lo, w.hi)
-    return outcomes
+        out[_key(part)] = RangeOutcome(
+            *_key(part), outcome, w.read, w.written, w.rejected, w.lo, w.hi, detail
+        )
+    return out
 
 
 def decide(part: PartitionPlan, batch_id: str, held: SinkCommitted | None) -> tuple[str | None, str]:

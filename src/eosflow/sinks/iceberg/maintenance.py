@@ -125,13 +125,15 @@ def _as(data: pa.Table, wanted: pa.Schema) -> pa.Table:
 
 
 def _remove_unreferenced(table, older_than: datetime) -> int:
-    """Files under data/ and eosflow-rejected/ that no snapshot (nor a position's last commit) names."""
+    """Files under data/ and eosflow-rejected/ that no snapshot (nor a position's last commit or replay)
+    names."""
     from pyarrow import fs
 
     from eosflow.sinks.iceberg.catalog import rejected_files
 
     referenced = set(table.inspect.all_files().column("file_path").to_pylist())
-    referenced |= {f for files in rejected_files(table).values() for f in files}
+    for kind in ("data", "replay"):
+        referenced |= {f for files in rejected_files(table, kind).values() for f in files}
     location = table.location().rstrip("/")
     filesystem, root = fs.FileSystem.from_uri(location)
     removed = 0

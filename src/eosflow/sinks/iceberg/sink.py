@@ -71,14 +71,12 @@ class IcebergSink(Sink):
             catalog.catalog(settings), self.iceberg_table, valid_columns(pipeline.schema), log
         )
         held = catalog.positions(table)
-        rejected = catalog.rejected_files(table)
+        rejected = _rejected_rows(catalog.rejected_files(table), catalog.rejected_files(table, "replay"))
 
         def in_table(topic: str, partitions: list[int]):
             return {p: held[(topic, p)] for p in partitions if (topic, p) in held}
 
-        mirror.reconcile(
-            conn, pipeline.name, pipeline.topics, in_table, self._where, log, _rejected_rows(rejected)
-        )
+        mirror.reconcile(conn, pipeline.name, pipeline.topics, in_table, self._where, log, rejected)
 
     @property
     def _where(self) -> str:
@@ -111,7 +109,10 @@ class IcebergSink(Sink):
             fault_point("after_read")
             fault_point("after_stage")
         with run.time("iceberg commit"):
-            outcomes = commit.commit(table, plan, written)
+            if plan.kind == "replay":
+                outcomes = commit.commit_replay(table, plan, written, self._committed_in(conn, run, table))
+            else:
+                outcomes = commit.commit(table, plan, written)
         run.log(
             f"wrote {sum(w.written for w in written.values()):,} rows in "
             f"{sum(len(w.data_files) for w in written.values())} files and "
@@ -121,24 +122,34 @@ class IcebergSink(Sink):
         )
         return {"outcomes": outcomes, "rejected_files": {k: w.rejected_files for k, w in written.items()}}
 
+    def _committed_in(self, conn: psycopg.Connection, run: Run, table):
+        """What a replay's re-read is checked against: the rows the table holds in the range (at the
+        snapshot the replay commits on) and the range's rejected rows (the ledger mirrors them all)."""
+        from eosflow.sinks.iceberg.commit import in_range
+
+        def count(r) -> int:
+            rows = table.scan(row_filter=in_range(r), selected_fields=("kafka_offset",)).to_arrow().num_rows
+            (rejected,) = conn.execute(
+                "select count(*) from eosflow.rejected where pipeline = %s and kafka_topic = %s "
+                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
+                (run.pipeline.name, r.topic, r.partition, r.start, r.end),
+            ).fetchone()
+            return rows + rejected
+
+        return count
+
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.ledger import mirror
 
         assert isinstance(written, dict)
         fault_point("in_commit")  # committed in the table, not yet mirrored in the ledger
+        files = written["rejected_files"]
         with run.time("ledger mirror"):
-            return mirror.mirror(
-                conn, run.plan, written["outcomes"], self._where, _rejected_rows(written["rejected_files"])
-            )
-
-    def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
-        if mode == "replay":
-            from eosflow.ledger.backfill import BackfillError
-
-            raise BackfillError(
-                f"pipeline {pipeline.name!r} writes to Iceberg table {self.iceberg_table!r}: a replay into "
-                "an Iceberg sink is not built yet (issue 28). Not done; catch-up backfills are fine."
-            )
+            if run.plan.kind == "replay":
+                return mirror.mirror_replay(
+                    conn, run.plan, written["outcomes"], self._where, _rejected_rows({}, files)
+                )
+            return mirror.mirror(conn, run.plan, written["outcomes"], self._where, _rejected_rows(files, {}))
 
     # --- after a run
 
@@ -156,9 +167,9 @@ class IcebergSink(Sink):
         return verify_iceberg_sink(settings, pipeline, self.iceberg_table)
 
 
-def _rejected_rows(files: Mapping[tuple[str, int], list[str]]):
-    """The ledger mirror's `also`: each mirrored range's rejected rows, from its files, into
-    eosflow.rejected (in the mirror's transaction)."""
+def _rejected_rows(files: Mapping[tuple[str, int], list[str]], replayed: Mapping[tuple[str, int], list[str]]):
+    """The ledger mirror's `also`: each mirrored range's rejected rows, from its files (a commit's, or a
+    replay's), into eosflow.rejected (in the mirror's transaction); a replay's replace the range's."""
 
     def insert(conn: psycopg.Connection, plan, parts) -> None:
         import pyarrow.parquet as pq
@@ -168,7 +179,15 @@ def _rejected_rows(files: Mapping[tuple[str, int], list[str]]):
 
         names = [n for n, _ in REJECTED_COLUMNS]
         for part in parts:
-            for uri in files.get((part.range.topic, part.range.partition), []):
+            r = part.range
+            if plan.kind == "replay":
+                conn.execute(
+                    "delete from eosflow.rejected where pipeline = %s and kafka_topic = %s "
+                    "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
+                    (plan.pipeline, r.topic, r.partition, r.start, r.end),
+                )
+            chosen = replayed if plan.kind == "replay" else files
+            for uri in chosen.get((r.topic, r.partition), []):
                 filesystem, path = fs.FileSystem.from_uri(uri)
                 rows = pq.read_table(path, filesystem=filesystem).select(names).to_pylist()
                 with conn.cursor().copy(f"copy eosflow.rejected ({', '.join(names)}) from stdin") as copy:
