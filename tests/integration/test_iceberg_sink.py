@@ -306,3 +306,42 @@ def test_a_replay_retried_after_another_replay_committed_is_fenced_and_one_short
     with pytest.raises(ReplayCountError, match="re-read 100 records, 99 are committed"):
         _replay(case, 0, 100, "after-the-loss")
     assert len(scan(case, table)) == 99
+
+
+def test_verify_runs_dbts_invariants_by_name_over_the_table_and_names_a_row_lost_behind_eosflows_back(case):
+    """dbt's I1-I6 (named as for a warehouse pipeline, recorded for the view) over what a PyIceberg scan
+    reads; a row deleted from the table outside eosflow fails I4 naming its range."""
+    from eosflow.ledger.ranges import OffsetRange
+    from eosflow.sinks.iceberg.catalog import catalog
+    from eosflow.sinks.iceberg.commit import in_range
+
+    table = as_iceberg_sink(case)
+    case.produce(60, seed=40, partitions=2)
+    produce_bad(case, partition=1)
+    assert case.ingest().outcome == "committed"
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+    named = {c.name: c.invariant for c in result.checks if c.invariant}
+    assert named == {
+        "unique_kafka_coordinates": "I1",
+        "ledger_ranges_contiguous": "I2",
+        "rows_inside_committed_ranges": "I3",
+        "range_counts_reconcile": "I4",
+        "positions_match_ledger": "I5",
+        "no_duplicate_business_keys": "I6",
+    }
+    assert case.query(
+        "select count(*) from information_schema.tables where table_schema = 'eosflow_iceberg'"
+    ) == [(0,)]  # the copy it checked is gone
+
+    catalog(case.settings).load_table(table).delete(in_range(OffsetRange(case.topic, 0, 5, 6)))
+    broken = verify_pipeline(case.settings, case.name)
+    assert not broken.ok
+    (i4,) = [c for c in broken.failed if c.invariant]
+    assert i4.name == "range_counts_reconcile" and i4.rows[0]["partition"] == 0, broken.table()
+    recorded = case.query(
+        "select name, status from eosflow.checks where pipeline = %s and invariant = 'I4' "
+        "order by checked_at desc limit 1",
+        case.name,
+    )
+    assert recorded == [("range_counts_reconcile", "fail")]

@@ -225,10 +225,11 @@ class Lab:
         topics read back against the ledger)."""
         from eosflow.verify import run_dbt
 
-        if p.writes_to_kafka or p.writes_to_iceberg:  # the sink's own read-back against the ledger
+        if p.writes_to_kafka or p.writes_to_iceberg:  # the sink's own verify (Iceberg: dbt's, by name)
             pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
             checked = pipeline.sink.verify(self.settings, pipeline, False)
-            return "pass" if checked.ok else "fail: " + ", ".join(c.name for c in checked.failed)
+            failed = sorted({getattr(c, "invariant", None) or c.name for c in checked.failed})
+            return "pass" if checked.ok else "fail: " + ", ".join(failed)
 
         result = run_dbt(self.settings, p.name, p.table)
         if result.ok:
