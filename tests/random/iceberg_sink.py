@@ -22,6 +22,7 @@ ICEBERG = frozenset({"iceberg"})
 
 class IcebergSinkMachine(ScheduleMachine):
     runner = "iceberg"
+    mirrors = True  # its ledger mirrors the sink's truth (ScheduleMachine._settled_footprint)
 
     def declaration(self, pipe: PipelineModel) -> dict:
         spec = super().declaration(pipe)
@@ -64,7 +65,7 @@ class IcebergSinkMachine(ScheduleMachine):
         import psycopg
 
         self._begin("compact")
-        before = self._footprint()
+        before = self._settled_footprint()
         declared = pipelines_mod.load(self.settings, self.pipe.name, self.pipelines_file)
         os.environ["EOSFLOW_ICEBERG_SNAPSHOT_HOURS"] = "0"  # expire all but the current snapshot
         os.environ["EOSFLOW_ICEBERG_ORPHAN_HOURS"] = "0.0003"  # files older than about a second

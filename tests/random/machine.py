@@ -260,7 +260,7 @@ class ScheduleMachine(Bookkeeping):
     def _replay_refused(self, partition: int, because: str) -> None:
         """A sink that refuses replays: refused before anything is written, for the reason it gives."""
         self._begin("replay refused")
-        before = self._footprint()
+        before = self._settled_footprint()
         request = BackfillRequest(
             self.pipe.name, "replay", (partition % self.partitions,), 0, 1, chunk_size=10
         )
@@ -277,6 +277,28 @@ class ScheduleMachine(Bookkeeping):
     def _footprint(self, pipe: PipelineModel | None = None) -> tuple:
         pipe = pipe or self.pipe
         return footprint(self.dsn, pipe.name, self.rows(pipe))
+
+    # A sink whose truth is outside the warehouse (Kafka, Iceberg): every run first mirrors into the
+    # ledger what the sink committed and the ledger lacks (a run killed after the sink's commit), refused
+    # requests included. The footprint a step compares with is taken after that mirror, so only what the
+    # step itself writes counts. The warehouse sink has nothing to mirror.
+    mirrors = False
+
+    def _all_visible(self, pipe: PipelineModel) -> None:
+        """Wait until everything committed is visible to the sink's readers (a Kafka sink: no
+        transaction a killed run left open holds its output back); the warehouse's is at once."""
+
+    def _settled_footprint(self) -> tuple:
+        if self.mirrors:
+            import psycopg
+
+            declared = pipelines_mod.load(self.settings, self.pipe.name, self.pipelines_file)
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    declared.sink.prepare(conn, self.settings, declared, _quiet)
+            except Exception:  # noqa: BLE001 - nothing made yet, or a refusal the step itself will meet
+                pass
+        return self._footprint()
 
     def _unchanged(self, before: tuple, what: str) -> None:
         if self.racing:
@@ -443,6 +465,7 @@ class ScheduleMachine(Bookkeeping):
         if below <= start:
             self._outcome("nothing to delete")
             return
+        self._all_visible(self.pipe)
         present = self.rows(self.pipe).coords()
         log_start = self.kafka.delete_records(p, below)
         if log_start != below:
@@ -487,8 +510,9 @@ class ScheduleMachine(Bookkeeping):
         self.kafka.delete()
         self.kafka.create(partitions)
         self._fault("topic re-created")
+        self._all_visible(old)
         frozen = self.rows(old)
-        before = self._footprint()
+        before = self._settled_footprint()
         fresh = PipelineModel("(new incarnation)", old.topic, "", incarnation=old.incarnation + 1)
         if produce_after:
             for rec in self.kafka.send(
@@ -538,7 +562,7 @@ class ScheduleMachine(Bookkeeping):
         self._ingest_in_process(max_records, acknowledge, run_id=None)
 
     def _ingest_in_process(self, max_records: int | None, acknowledge: bool, run_id: str | None) -> str:
-        before = self._footprint()
+        before = self._settled_footprint()
         may = self._may_lose()
         label, summary, exc = self._run(
             lambda: job.run(self.settings, self.pipe.name, run_id, max_records, acknowledge, log=_quiet),
@@ -633,7 +657,7 @@ class ScheduleMachine(Bookkeeping):
             self._outcome("no killed run to retry")
             return
         run_id, partitions, acked = self.killed.pop(0)
-        before = self._footprint()
+        before = self._settled_footprint()
         label, summary, exc = self._run(
             lambda: job.run(self.settings, self.pipe.name, run_id, log=_quiet), "a retry"
         )
@@ -695,7 +719,7 @@ class ScheduleMachine(Bookkeeping):
         self._begin("catch-up backfill")
         parts = None if only is None else (only % self.partitions,)
         chosen = set(parts) if parts else set(range(self.partitions))
-        before = self._footprint()
+        before = self._settled_footprint()
         request = BackfillRequest(self.pipe.name, "catch-up", parts, chunk_size=chunk_size)
         try:
             chunks = backfill_run.resolve(self.settings, request)
@@ -779,7 +803,7 @@ class ScheduleMachine(Bookkeeping):
         if r is None:
             self._outcome("nothing committed yet")
             return
-        before = self._footprint()
+        before = self._settled_footprint()
         request = BackfillRequest(
             self.pipe.name, "replay", (r.partition,), r.start, r.end, chunk_size=chunk_size
         )
@@ -822,7 +846,7 @@ class ScheduleMachine(Bookkeeping):
         if r is None or r.start < self.pipe.floor.get(r.partition, 0):
             self._outcome("no replayable range")
             return
-        before = self._footprint()
+        before = self._settled_footprint()
         arg = f"{r.topic}:{r.partition}:{r.start}-{r.end}"
         proc = spawn_ingest(
             self.pipe.name,
@@ -860,7 +884,7 @@ class ScheduleMachine(Bookkeeping):
         self._begin("catch-up with a failing chunk", heavy=True)
         point = self.crash_point(point)
         p = partition % self.partitions
-        before = self._footprint()
+        before = self._settled_footprint()
         try:
             (whole,) = backfill_run.resolve(
                 self.settings, BackfillRequest(self.pipe.name, "catch-up", (p,), chunk_size=10**9)
@@ -899,7 +923,7 @@ class ScheduleMachine(Bookkeeping):
                 f"chunk {first} with EOSFLOW_CRASH_AT={point} ended {code}, not killed:\n{proc.tail(25)}"
             )
         self._fault(f"chunk SIGKILL at {point}")
-        before = self._footprint()
+        before = self._settled_footprint()
         label, _, exc = self._run(
             lambda: backfill_run.run_chunk(
                 self.settings, self.pipe.name, run_id, chunks[1], "catch-up", log=_quiet
@@ -957,7 +981,7 @@ class ScheduleMachine(Bookkeeping):
         }[case]
         if case == "below_log_start" and start == 0:
             argv = argv[:0] + [f"--range={t}:{p}:{end + 1}-{end + 2}", "--mode", "replay", "--run-id", "v"]
-        before = self._footprint()
+        before = self._settled_footprint()
         parser = argparse.ArgumentParser()
         ingest_cli.add_arguments(parser)
         try:
