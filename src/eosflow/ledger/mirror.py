@@ -101,8 +101,7 @@ def mirror(
     `also(conn, plan, parts)` writes what else the ledger keeps of the ranges being mirrored (a sink's
     rejected rows in eosflow.rejected), in the same transaction.
     """
-    done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
-    counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
+    done, counts = _done(outcomes)
     with conn.transaction():
         locked = lock_positions(conn, plan)
         mirrored = _mirrored(conn, plan)
@@ -113,11 +112,7 @@ def mirror(
         if also is not None and parts:
             also(conn, plan, parts)
         if all(_key(p) in mirrored or p in parts for p in _committing(plan)):
-            conn.execute(
-                "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
-                "where batch_id = %s",
-                (plan.batch_id,),
-            )
+            _plan_committed(conn, plan)
     # A plan with nothing to write (no new record anywhere) commits as it is, as a warehouse commit does.
     fresh = not outcomes or any(o.outcome != ALREADY_COMMITTED for o in done.values())
     outcome = COMMITTED if fresh else ALREADY_COMMITTED
@@ -150,8 +145,7 @@ def mirror_replay(
     count, in one transaction under the positions' locks; positions stay. Idempotent like `mirror`
     (a range whose replay row is there is left as it is). `also` replaces the ranges' rejected rows.
     FencedError if the sink fenced the replay (another replay committed since it was planned)."""
-    done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
-    counts = {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
+    done, counts = _done(outcomes)
     with conn.transaction():
         lock_positions(conn, plan)
         mirrored = _mirrored(conn, plan)
@@ -166,11 +160,7 @@ def mirror_replay(
         if also is not None and parts:
             also(conn, plan, parts)
         if all(_key(p) in mirrored or p in parts for p in plan.partitions):
-            conn.execute(
-                "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
-                "where batch_id = %s",
-                (plan.batch_id,),
-            )
+            _plan_committed(conn, plan)
     fenced = [o.detail for o in outcomes.values() if o.outcome == FENCED]
     if fenced:
         raise FencedError(
@@ -261,6 +251,20 @@ def _reconcile_replay(
         "died before the ledger did"
     )
     return 1
+
+
+def _done(outcomes: Mapping[Key, RangeOutcome]) -> tuple[dict[Key, RangeOutcome], dict[Key, PartitionCounts]]:
+    """The ranges the sink committed (now or earlier), and their counts."""
+    done = {key: o for key, o in outcomes.items() if o.outcome not in (FENCED, TIMED_OUT)}
+    return done, {key: PartitionCounts(o.read, o.written, o.rejected) for key, o in done.items()}
+
+
+def _plan_committed(conn: psycopg.Connection, plan: Plan) -> None:
+    conn.execute(
+        "update eosflow.plans set status = 'committed', committed_at = coalesce(committed_at, now()) "
+        "where batch_id = %s",
+        (plan.batch_id,),
+    )
 
 
 def _key(part: PartitionPlan) -> Key:
