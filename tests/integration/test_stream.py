@@ -115,7 +115,9 @@ def test_sigterm_in_the_middle_of_a_batch_lets_it_commit_whole_then_exits_0(case
     assert_exactly_once(case, [r.event_id for r in manifest.rows])
 
 
-@pytest.mark.parametrize("point", ["after_plan", "after_stage", "in_commit", "after_commit"])
+# The two boundaries where a kill leaves work behind (staged rows; a commit whose outcome the stream never
+# learned); the stream's randomized schedule and `make lab` kill it at every boundary.
+@pytest.mark.parametrize("point", ["after_stage", "in_commit"])
 def test_a_stream_killed_at_a_step_boundary_restarts_from_the_ledger(case, tmp_path, point):
     ids = []
     for round_, seed in enumerate((84, 85)):

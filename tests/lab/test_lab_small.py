@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab_trials(tmp_path_factory) -> list[dict]:
-    """`eosflow lab --small`: 17 trials of real faults, each a fresh pipeline run by real processes on the
+    """`eosflow lab --small`: 15 trials of real faults, each a fresh pipeline run by real processes on the
     lab's own stack (about 7 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
     out = tmp_path_factory.mktemp("lab")
     done = subprocess.run(
@@ -71,7 +71,7 @@ def test_exactly_once_loses_and_duplicates_nothing_in_any_consumer_fault(lab_tri
         r for r in lab_trials if r["producer"] == "transactional" and r["mode"] == "exactly_once"
     ]
     scenarios = {r["scenario"] for r in consumer_side}
-    wanted = {"kill -9 in_commit", "postgres restart mid-commit", "zombie run wakes late"}
+    wanted = {"kill -9 in_commit", "postgres restart mid-commit"}
     assert scenarios >= wanted, scenarios
     for r in consumer_side:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
@@ -110,7 +110,7 @@ def test_acks_all_loses_nothing_when_the_leader_dies_and_acks_1_does(lab_trials)
 @pytest.mark.timeout(3600)
 def test_a_kafka_sink_exactly_once_loses_and_duplicates_nothing_and_at_least_once_duplicates(lab_trials):
     kafka_eo = [r for r in lab_trials if r["mode"] == "kafka_exactly_once"]
-    assert {r["scenario"] for r in kafka_eo} >= {"kill -9 in_kafka_transaction", "kill -9 in_commit"}
+    assert {r["scenario"] for r in kafka_eo} >= {"kill -9 in_kafka_transaction"}
     for r in kafka_eo:
         assert r["acknowledged"] > 0 and r["committed"] == r["acknowledged"], r
         assert (r["lost"], r["duplicated"], r["invariants"]) == (0, 0, "pass"), r
