@@ -122,9 +122,9 @@ def test_a_burst_of_records_wakes_the_ingest_dag_once_or_twice_and_lands_every_r
     _wait_for_rows(server, pipeline, len(committed_before) + len(manifest.visible()))
     _settled(server, dag_id)
     time.sleep(15)  # a wake-up per record would keep firing now
+    _settled(server, dag_id)  # a last wake-up may still be running (records of the burst's tail): it ends
 
     assert _wake_events(server, pipeline) - events_before <= 3
-    assert all(r["state"] in ("success", "failed") for r in _runs(server, dag_id))
     rows = pipeline.event_ids()
     assert len(rows) == len(set(rows)) == len(committed_before) + len(manifest.visible())
     assert set(rows) >= {str(r.event_id) for r in manifest.visible()}  # every record, once
