@@ -1,9 +1,9 @@
-"""One Kafka client configuration for every client eosflow makes: admin, producers, consumers, Spark.
+"""One Kafka client configuration for every client eosflow makes: admin, producers, consumers (the
+Spark tasks' range readers included).
 
 The configuration is librdkafka's (confluent-kafka's) property map: `bootstrap.servers` plus whatever
 the user's Kafka needs (`security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`,
-`ssl.ca.location`, ...). Spark's Kafka source runs the Java client, whose names differ for
-credentials and trust stores: `spark_options` translates those, and passes the rest on as they are.
+`ssl.ca.location`, `ssl.key.location`, ...), handed to every client as it is.
 Functions that talk to Kafka take either a bootstrap string (the local stack, tests) or a whole map.
 """
 
@@ -17,11 +17,6 @@ from typing import TypeVar
 KafkaConfig = Mapping[str, str]
 T = TypeVar("T")
 
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
 _SECRETS = ("sasl.password", "sasl.jaas.config", "ssl.key.password", "ssl.keystore.password")
 
 
@@ -128,40 +123,3 @@ def bootstrap(kafka: str | KafkaConfig) -> str:
 def redacted(kafka: str | KafkaConfig) -> dict[str, object]:
     """The configuration with its secrets replaced, for logs."""
     return {k: ("***" if k in _SECRETS else v) for k, v in client_config(kafka).items()}
-
-
-def spark_options(kafka: str | KafkaConfig) -> dict[str, str]:
-    """The same configuration as Spark's Kafka source options (`kafka.`-prefixed Java client names)."""
-    config = {k: str(v) for k, v in client_config(kafka).items()}
-    java: dict[str, str] = {}
-    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
-    mechanism = config.pop("sasl.mechanism", None) or config.pop("sasl.mechanisms", None)
-    if mechanism:
-        java["sasl.mechanism"] = mechanism.upper()
-    if username is not None and "sasl.jaas.config" not in config:
-        module = _LOGIN_MODULES.get((mechanism or "PLAIN").upper())
-        if module is None:
-            raise KafkaConfigError(
-                f"sasl.mechanism {mechanism!r} with sasl.username: eosflow writes the Java client's "
-                f"login for {', '.join(_LOGIN_MODULES)} only; give sasl.jaas.config for others"
-            )
-        java["sasl.jaas.config"] = (
-            f'{module} required username="{_jaas_quote(username)}" password="{_jaas_quote(password or "")}";'
-        )
-    if "ssl.ca.location" in config:  # a PEM file: the Java client reads it as a PEM trust store
-        java["ssl.truststore.type"] = "PEM"
-        java["ssl.truststore.location"] = config.pop("ssl.ca.location")
-    for key in ("ssl.certificate.location", "ssl.key.location"):
-        if key in config:
-            raise KafkaConfigError(
-                f"{key}: client certificates are not translated for Spark's Java client yet; "
-                "use SASL, or give the Java client's ssl.keystore.* settings"
-            )
-    if "security.protocol" in config:
-        config["security.protocol"] = config["security.protocol"].upper()
-    java |= config
-    return {f"kafka.{k}": v for k, v in java.items()}
-
-
-def _jaas_quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')

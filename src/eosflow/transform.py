@@ -1,7 +1,7 @@
 """Kafka records -> typed rows of the pipeline's declared columns, or rejected rows with a reason.
 
-`BatchCheck` turns one Arrow batch of Kafka records (Spark's Kafka batch source with
-`includeHeaders=true`, as `arrow_source` hands it to Python) into one checked batch: the declared
+`BatchCheck` turns one Arrow batch of Kafka records (eosflow.sources.kafka.range_read's
+RECORD_COLUMNS, as a Spark task reads its range) into one checked batch: the declared
 columns typed (NULL for a rejected row) and one deterministic `error` column (NULL = valid), so
 re-running a batch gives the same rows, which the exactly-once commit relies on. The value's rules
 are the declaration's (eosflow.schema.record); the ones on the Kafka columns are here, vectorized,
@@ -13,9 +13,9 @@ only error:
    (and Arrow's CSV writer cannot even write a year past 32767). No row can keep it, the rejected
    one included, so this check comes first: its reason is where the timestamp survives. Kafka 4
    takes any past timestamp by default, and any future one on a topic that allows it: a producer
-   writing microseconds lands in year 57970. The milliseconds are the ones Spark hands over: its
-   Kafka source shifts instants before 1582-10-15 (Julian to Gregorian), and fails the whole read
-   on one beyond its microsecond range (past about year 294247)
+   writing microseconds lands in year 57970, one writing nanoseconds beyond what microseconds in
+   64 bits can count (which Spark's own Kafka source could not read at all). The milliseconds
+   are Kafka's own, counted in the proleptic Gregorian calendar as Postgres counts
 2. the value's checks (eosflow.schema.record): null value, oversized, not UTF-8, not JSON, missing,
    mistyped and invalid fields; or, for a pipeline with its own Python transform, the function's
    rows held to the declaration (eosflow.schema.user_transform)
@@ -24,14 +24,14 @@ only error:
    `key: uuid`, ...) is read by eosflow.schema.record's `key_check`: ``mistyped key (expected
    <type>)`` or ``invalid key (<why>)``
 4. ``invalid header: <name> holds a NUL character, which Postgres jsonb cannot store``:
-   kafka_headers is jsonb; a NUL in the name shows as ``?``
+   kafka_headers is jsonb. Only a header's value can hold one: librdkafka hands a header's name
+   over as a C string, cut at its first NUL
 
 A text key or header value that is not UTF-8 is not rejected: it lands with U+FFFD in place of
-each invalid sequence (Python's "replace" for the key, Spark's make_valid_utf8 for header values),
-deterministic but not faithful; only a rejected row keeps the key's bytes (raw_key), and `key:
-bytes` keeps every key's.
+each invalid sequence (Python's "replace"), deterministic but not faithful; only a rejected row
+keeps the key's bytes (raw_key), and `key: bytes` keeps every key's.
 
-`transform` is the same check on a Spark DataFrame, lazily: nothing runs a Spark job until the
+`transform` is the same check on the planned read, lazily: nothing runs a Spark job until the
 caller writes or collects. The staging step does not go through it twice: it runs `BatchCheck`
 inside the same Python task that COPYs the rows (eosflow.sinks.postgres.stage).
 """
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -200,6 +200,7 @@ def _raw_bytes(errors: pa.Array, key: pa.Array, value: pa.Array) -> dict[str, pa
 # write a year past 32767, and no Python client reads a year past 9999 (as types.storable_instant).
 _FIRST_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 _LAST_MICROS = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+_PER_SECOND = {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}
 
 
 def _reject_unstorable_timestamps(results: list[_Result], timestamps: pa.Array) -> pa.Array:
@@ -210,16 +211,19 @@ def _reject_unstorable_timestamps(results: list[_Result], timestamps: pa.Array) 
     timestamp (not even a rejected row), and the reason is the only place it survives. One
     vectorized test per batch; only a batch with a hit is looked at row by row.
     """
-    micros = timestamps.cast(UTC_MICROS).cast(pa.int64())
-    outside = pc.or_(pc.less(micros, _FIRST_MICROS), pc.greater(micros, _LAST_MICROS))
+    if not pa.types.is_timestamp(timestamps.type):  # an all-NULL column of an empty batch, say
+        timestamps = timestamps.cast(UTC_MICROS)
+    # In the column's own unit: Kafka's milliseconds may lie beyond what microseconds can count.
+    per_second = _PER_SECOND[timestamps.type.unit]
+    counts = timestamps.cast(pa.int64())
+    first, last = _FIRST_MICROS * per_second // 10**6, _LAST_MICROS * per_second // 10**6
+    outside = pc.or_(pc.less(counts, first), pc.greater(counts, last))
     if not pc.any(outside).as_py():
         return timestamps
     for i in pc.indices_nonzero(outside).to_pylist():
-        us = micros[i].as_py()
-        side = "before 0001-01-01" if us < 0 else "after 9999-12-31"
-        error = (
-            f"invalid timestamp: {us // 1000} ms since 1970-01-01 is {side} in UTC (kafka_timestamp is NULL)"
-        )
+        ms = counts[i].as_py() * 1000 // per_second
+        side = "before 0001-01-01" if ms < 0 else "after 9999-12-31"
+        error = f"invalid timestamp: {ms} ms since 1970-01-01 is {side} in UTC (kafka_timestamp is NULL)"
         results[i] = (error, None)
     return pc.if_else(outside, pa.scalar(None, timestamps.type), timestamps)
 
@@ -319,6 +323,16 @@ def spark_ddl(columns: list[tuple[str, pa.DataType]]) -> str:
     return ", ".join(f"{name} {spark_type(arrow_type)}" for name, arrow_type in columns)
 
 
+class RecordSource(Protocol):
+    """Where a check's records come from: a function run in Spark's tasks over their Arrow batches of
+    RECORD_COLUMNS (eosflow.sources.kafka.read.PlannedRead reads the planned ranges; the class-data
+    sharing training and the tests hand over batches already in memory, eosflow.sources.batches)."""
+
+    def map(
+        self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str
+    ) -> DataFrame: ...
+
+
 @dataclass(frozen=True)
 class TransformResult:
     """The source and its check; `checked` is every input row once, `valid` and `rejected` its halves.
@@ -327,12 +341,17 @@ class TransformResult:
     REJECTED_COLUMNS.
     """
 
-    source: DataFrame
+    source: RecordSource
     check: BatchCheck
+
+    def map_records(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator], ddl: str) -> DataFrame:
+        """What `fn` yields, run in each task over the Arrow batches of its Kafka records (as
+        mapInArrow): how a sink writes, in the same pass as the read and the check."""
+        return self.source.map(fn, ddl)
 
     @property
     def checked(self) -> DataFrame:
-        return arrow_source(self.source).mapInArrow(self.check.batches, spark_ddl(self.check.columns))
+        return self.map_records(self.check.batches, spark_ddl(self.check.columns))
 
     @property
     def valid(self) -> DataFrame:
@@ -347,28 +366,8 @@ class TransformResult:
         return self.checked.where(F.col("error").isNotNull()).select([n for n, _ in REJECTED_COLUMNS])
 
 
-def arrow_source(df: DataFrame) -> DataFrame:
-    """The Kafka source's columns a check needs, as a Python task receives them.
-
-    Spark writes the headers as JSON itself: handing Python the headers' list-of-structs column cost
-    more than the whole check (3.5 s per 500k records on two cores), a string costs next to nothing.
-    """
-    from pyspark.sql import functions as F
-
-    def utf8(b):  # invalid UTF-8 sequences replaced by U+FFFD (headers are kept, not validated)
-        return F.make_valid_utf8(b.cast("string"))
-
-    pairs = F.transform("headers", lambda h: F.struct(h["key"].alias("key"), utf8(h["value"]).alias("value")))
-    # ignoreNullFields=false keeps {"value": null} for a header without a value instead of dropping it.
-    # Most records have no headers: "[]" without a JSON writer per row.
-    headers = F.when(F.size("headers") > 0, F.to_json(pairs, {"ignoreNullFields": "false"})).otherwise("[]")
-    return df.select(
-        "key", "value", "topic", "partition", "offset", "timestamp", headers.alias("kafka_headers")
-    )
-
-
 def transform(
-    df: DataFrame,
+    source: RecordSource,
     *,
     pipeline: str,
     batch_id: str,
@@ -382,4 +381,4 @@ def transform(
     check = BatchCheck(
         pipeline, batch_id, transform_version, max_value_bytes, schema, declaration_version, registry
     )
-    return TransformResult(df, check)
+    return TransformResult(source, check)

@@ -45,7 +45,7 @@ from eosflow.ledger.ranges import OffsetRange, batch_id_for
 from eosflow.runners import backfill_run, job
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
-from eosflow.sources.kafka.read import ReadDataLossError
+from eosflow.sources.kafka.range_read import ReadDataLossError
 from tests import orders
 from tests.random.model import PipelineModel, Rows, compare
 from tests.random.world import POISON, Kafka, footprint, read_rows, spawn_ingest

@@ -61,15 +61,13 @@ class JsonLinesSink(Sink):
         mirror.reconcile(conn, pipeline.name, pipeline.topics, self._committed, self.output, log)
 
     def write(self, conn: psycopg.Connection, run) -> dict:
-        from eosflow.transform import arrow_source
-
         plan = run.plan
         outcomes = {}
         if plan.nonempty:
             run.check_topics_unchanged()
             with run.read("read+transform+write") as result:
                 writer = _range_writer(self.folder, plan, result.check)
-                rows = arrow_source(result.source).mapInArrow(writer, _OUTCOMES).collect()
+                rows = result.map_records(writer, _OUTCOMES).collect()
             outcomes = {
                 (r.kafka_topic, r.kafka_partition): mirror.RangeOutcome(
                     r.kafka_topic, r.kafka_partition, r.outcome, r.n, r.written, r.rejected

@@ -8,7 +8,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from eosflow import settings as settings_mod
-from eosflow.kafka_client import KafkaConfigError, client_config, redacted, spark_options
+from eosflow.kafka_client import KafkaConfigError, client_config, redacted
 
 AWKWARD = 'p w\'d "x" \\ @:/?#&='
 
@@ -48,35 +48,7 @@ def test_a_configuration_that_is_not_a_json_object_is_refused_by_name(monkeypatc
         settings_mod.load()
 
 
-def test_sasl_credentials_become_the_java_clients_login_for_spark():
-    options = spark_options(
-        {
-            "bootstrap.servers": "b:1",
-            "security.protocol": "sasl_ssl",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "me",
-            "sasl.password": 'p"w\\',
-            "ssl.ca.location": "/etc/ca.pem",
-            "client.id": "eosflow",
-        }
-    )
-    assert options == {
-        "kafka.bootstrap.servers": "b:1",
-        "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "SCRAM-SHA-512",
-        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username="me" password="p\\"w\\\\";',
-        "kafka.ssl.truststore.type": "PEM",
-        "kafka.ssl.truststore.location": "/etc/ca.pem",
-        "kafka.client.id": "eosflow",
-    }
-
-
-def test_what_spark_cannot_be_given_is_refused_naming_the_setting():
-    with pytest.raises(KafkaConfigError, match="ssl.key.location"):
-        spark_options({"bootstrap.servers": "b:1", "ssl.key.location": "/k.pem"})
-    with pytest.raises(KafkaConfigError, match="GSSAPI"):
-        spark_options({"bootstrap.servers": "b:1", "sasl.mechanism": "GSSAPI", "sasl.username": "u"})
+def test_a_configuration_without_brokers_is_refused_naming_the_setting():
     with pytest.raises(KafkaConfigError, match="no bootstrap.servers"):
         client_config({"security.protocol": "SSL"})
 

@@ -68,11 +68,11 @@ def test_a_position_past_the_log_end_is_refused():
         _plan({0: PartitionOffsets(0, 10)}, {0: 50})
 
 
-def test_ranges_reject_nonsense_and_spark_offsets_skip_empty_ranges():
+def test_ranges_reject_nonsense_and_a_plan_reads_only_its_nonempty_ranges():
     with pytest.raises(ValueError):
         OffsetRange("t", 0, 10, 5)
     plan = Plan("p:r", "p", "r", tuple(_plan({0: PartitionOffsets(0, 10), 1: PartitionOffsets(0, 0)}, {})))
-    assert plan.spark_offsets() == ('{"t": {"0": 0}}', '{"t": {"0": 10}}')
+    assert plan.nonempty == [OffsetRange("t", 0, 0, 10)]
 
 
 def test_a_topic_re_created_under_the_same_name_is_refused_naming_both_ids():

@@ -16,25 +16,16 @@ from itertools import zip_longest
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from eosflow.produce import events
 from eosflow.schema.arrow import valid_columns
+from eosflow.sources.batches import InMemoryRecords, record_batch
 from eosflow.transform import REJECTED_COLUMNS, spark_type, transform
 from tests.orders import SCHEMA
 
 
-def transform_orders(df: DataFrame, **args: object):
-    return transform(df, **args, schema=SCHEMA)
+def transform_orders(source: InMemoryRecords, **args: object):
+    return transform(source, **args, schema=SCHEMA)
 
 
 def _spark_columns(columns) -> list[tuple[str, str]]:
@@ -43,22 +34,10 @@ def _spark_columns(columns) -> list[tuple[str, str]]:
 
 VALID_COLUMNS = _spark_columns(valid_columns(SCHEMA))
 
-# Exactly what spark.read.format("kafka").option("includeHeaders", "true").load() returns.
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-        StructField(
-            "headers",
-            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
-        ),
-    ]
-)
+def records(spark: SparkSession, rows: list[tuple]) -> InMemoryRecords:
+    """The rows as a task's Arrow batch of Kafka records, as a range read hands it over."""
+    return InMemoryRecords(spark, [record_batch(rows)])
+
 
 MAX_VALUE_BYTES = 512
 ARGS = {
@@ -345,7 +324,6 @@ def _record(index: int, case: Case) -> tuple:
         partition,
         offset,
         BASE_TS + timedelta(seconds=index),
-        0,
         case.headers,
     )
 
@@ -369,7 +347,7 @@ class Outcome:
 @pytest.fixture(scope="module")
 def outcome(spark: SparkSession) -> Outcome:
     """ALL_CASES through the transform in one batch, each output collected once."""
-    df = spark.createDataFrame([_record(i, c) for i, c in enumerate(ALL_CASES)], KAFKA_SCHEMA)
+    df = records(spark, [_record(i, c) for i, c in enumerate(ALL_CASES)])
     result = transform_orders(df, **ARGS)
     return Outcome(
         valid={(r.kafka_partition, r.kafka_offset): r for r in result.valid.collect()},
@@ -518,7 +496,7 @@ def test_mixed_batch_loses_and_duplicates_nothing(spark: SparkSession) -> None:
     # Interleave valid and bad rows across partitions, as a real batch would be.
     cases = [c for pair in zip_longest(good, bad) for c in pair if c is not None]
     assert (len(good), len(bad), len(cases)) == (22, 18, 40)
-    df = spark.createDataFrame([_record(i, c) for i, c in enumerate(cases)], KAFKA_SCHEMA)
+    df = records(spark, [_record(i, c) for i, c in enumerate(cases)])
     result = transform_orders(df, **ARGS)
 
     # One job for both outputs: tag each row with where it went.
@@ -580,7 +558,7 @@ def test_output_schemas_match_the_declared_columns(spark: SparkSession) -> None:
         ("error", "string"),
         ("batch_id", "string"),
     ]
-    result = transform_orders(spark.createDataFrame([], KAFKA_SCHEMA), **ARGS)
+    result = transform_orders(records(spark, []), **ARGS)
 
     def columns(df: DataFrame) -> list[tuple[str, str]]:
         return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
@@ -591,7 +569,7 @@ def test_output_schemas_match_the_declared_columns(spark: SparkSession) -> None:
 
 def test_transform_starts_no_spark_job(spark: SparkSession) -> None:
     sc = spark.sparkContext
-    df = spark.createDataFrame([_record(i, c) for i, c in enumerate(ALL_CASES)], KAFKA_SCHEMA)
+    df = records(spark, [_record(i, c) for i, c in enumerate(ALL_CASES)])
     group = "test-transform-starts-no-spark-job"
 
     def jobs_in_group() -> list[int]:
@@ -612,14 +590,16 @@ def test_transform_starts_no_spark_job(spark: SparkSession) -> None:
 
 def test_max_value_bytes_must_be_positive(spark: SparkSession) -> None:
     with pytest.raises(ValueError, match="max_value_bytes"):
-        transform_orders(spark.createDataFrame([], KAFKA_SCHEMA), **{**ARGS, "max_value_bytes": 0})
+        transform_orders(records(spark, []), **{**ARGS, "max_value_bytes": 0})
 
 
 def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not_kept(
     spark: SparkSession,
 ) -> None:
-    # (case, Kafka's timestamp as Spark's microseconds, the side it is out on; None: kept)
+    # (case, Kafka's timestamp in microseconds, the side it is out on; None: kept)
     cases = [
+        # Nanoseconds: beyond what microseconds in 64 bits count (Spark's Kafka source failed on it).
+        (Case("ts-in-nanoseconds", event(), None), 1_767_225_600_123_456_789_000, "after 9999-12-31"),
         (Case("ts-year-10000", event(), None), 253_402_300_800_000_000, "after 9999-12-31"),
         (Case("ts-in-microseconds", b"{}", None), 1_767_225_600_123_456_000, "after 9999-12-31"),
         (Case("ts-year-0", event(), None, key=b"\x00"), -62_135_596_800_000_001, "before 0001-01-01"),
@@ -628,12 +608,9 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not
     ]
     rows = []
     for i, (case, micros, _) in enumerate(cases):  # Python's datetime cannot hold most of these
-        key, value, topic, partition, offset, _, timestamp_type, headers = _record(i, case)
-        rows.append((key, value, topic, partition, offset, micros, timestamp_type, headers))
-    schema = StructType(
-        [StructField("timestamp", LongType()) if f.name == "timestamp" else f for f in KAFKA_SCHEMA.fields]
-    )
-    df = spark.createDataFrame(rows, schema).withColumn("timestamp", F.timestamp_micros("timestamp"))
+        key, value, topic, partition, offset, _, headers = _record(i, case)
+        rows.append((key, value, topic, partition, offset, micros // 1000, headers))  # Kafka's ms
+    df = records(spark, rows)
     checked = transform_orders(df, **ARGS).checked.select(
         "kafka_offset", "error", "event_id", F.unix_micros("kafka_timestamp").alias("micros")
     )
@@ -641,7 +618,7 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_the_first_error_and_is_not
     for i, (_, micros, side) in enumerate(cases):
         row = by_offset[_coords(i)[1]]
         if side is None:
-            assert (row.error, row.event_id, row.micros) == (None, EVENT_ID, micros)
+            assert (row.error, row.event_id, row.micros) == (None, EVENT_ID, micros // 1000 * 1000)
             continue
         # The timestamp's reason, whatever else is wrong with the record (check 1), and no timestamp.
         assert row.error == (

@@ -99,17 +99,6 @@ class Plan:
     def to_json(self) -> list[dict[str, Any]]:
         return [p.to_json() for p in self.partitions]
 
-    def spark_offsets(self) -> tuple[str, str]:
-        """startingOffsets / endingOffsets JSON for Spark's Kafka batch source, non-empty ranges only."""
-        import json
-
-        starting: dict[str, dict[str, int]] = {}
-        ending: dict[str, dict[str, int]] = {}
-        for r in self.nonempty:
-            starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-            ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-        return json.dumps(starting, sort_keys=True), json.dumps(ending, sort_keys=True)
-
 
 def batch_id_for(
     pipeline: str, run_id: str, explicit: OffsetRange | None = None, kind: str = "ingest"

@@ -235,9 +235,10 @@ def _checked_read(
     timer: _Timer,
     phase: str,
 ):
-    """Steps 2 and 3 for every sink: Spark reads the planned ranges and checks them; the caller's sink
-    writes them inside this block, which times it as `phase` and turns the workers' errors into ours."""
-    from eosflow.sources.kafka.read import data_loss_as_error, read_plan
+    """Steps 2 and 3 for every sink: each Spark task reads its planned range and checks it; the caller's
+    sink writes it inside this block, which times it as `phase` and turns the tasks' errors into ours."""
+    from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
+    from eosflow.sources.kafka.read import PlannedRead
     from eosflow.spark.session import get_spark
     from eosflow.spark.worker_errors import raised_in_workers
     from eosflow.transform import transform
@@ -247,13 +248,16 @@ def _checked_read(
     fault_point("before_read")
     with (
         timer(phase),
-        data_loss_as_error(plan, settings.kafka),
         raised_in_workers(
-            user_transform.TransformContractError, RegistryAuthenticationError, RegistryUnavailableError
+            user_transform.TransformContractError,
+            RegistryAuthenticationError,
+            RegistryUnavailableError,
+            ReadDataLossError,
+            ReadStalledError,
         ),
     ):
         yield transform(
-            read_plan(spark, settings.kafka, plan),
+            PlannedRead(spark, settings.kafka, plan),
             pipeline=pipeline.name,
             batch_id=plan.batch_id,
             transform_version=pipeline.transform_version,

@@ -23,7 +23,8 @@ from eosflow.ledger.positions import (
 from eosflow.schema.avro import RegistryAuthenticationError, RegistryUnavailableError
 from eosflow.schema.user_transform import TransformContractError
 from eosflow.sources.kafka.offsets import TopicMissingError
-from eosflow.sources.kafka.read import ReadDataLossError, ReadOutsidePlanError, UnreadableRecordError
+from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
+from eosflow.sources.kafka.read import ReadOutsidePlanError
 from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
 EXIT = {
@@ -36,7 +37,6 @@ EXIT = {
     ReadOutsidePlanError: 5,
     PositionBeyondLogError: 2,
     TopicRecreatedError: 2,
-    UnreadableRecordError: 2,
     BackfillError: 2,
     CommitTimedOutError: 2,
     LedgerBehindError: 2,
@@ -46,6 +46,7 @@ EXIT = {
     TransformContractError: 2,
     RegistryAuthenticationError: 2,
     KafkaUnavailableError: 1,
+    ReadStalledError: 1,
     ReadBackIncompleteError: 1,
     RegistryUnavailableError: 1,
 }

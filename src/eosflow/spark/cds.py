@@ -25,7 +25,7 @@ from eosflow.settings import Settings
 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale or missing archive is not worth a warning
 # Bump when the training run's shape changes, so `fetch` records the archive again.
-_TRAINING_SHAPE = "3: python checks in mapInArrow, C1 only"
+_TRAINING_SHAPE = "4: python checks in mapInArrow over spark.range, C1 only"
 
 
 def archive(settings: Settings) -> Path:

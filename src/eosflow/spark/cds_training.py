@@ -16,14 +16,11 @@ from pathlib import Path
 
 from eosflow import settings as settings_mod
 from eosflow.schema.declaration import parse_schema
+from eosflow.sources.batches import InMemoryRecords, record_batch
 from eosflow.spark import session
 from eosflow.spark.cds import QUIET
-from eosflow.transform import BatchCheck, arrow_source
+from eosflow.transform import BatchCheck
 
-_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
 _DECLARED = {
     "columns": [
         {"name": "event_id", "type": "uuid", "required": True},
@@ -51,7 +48,7 @@ def records(count: int, seed: int = 1) -> list[tuple]:
         }
         value = json.dumps(body).encode() if i % 10 else b"not json"
         key = f"cus-{rng.randrange(1_000_000):06d}".encode()
-        rows.append((key, value, "t", i % 2, i, datetime(2026, 1, 1), 0, [("h", b"v")]))
+        rows.append((key, value, "t", i % 2, i, datetime(2026, 1, 1, tzinfo=UTC), [("h", b"v")]))
     return rows
 
 
@@ -72,7 +69,7 @@ def training_run(out: Path) -> None:
         yield pa.RecordBatch.from_pydict({"n": [sum(check(b).num_rows for b in batches)]})
 
     rows = records(2000)
-    counted = arrow_source(spark.createDataFrame(rows, _SCHEMA)).mapInArrow(count, "n long").collect()
+    counted = InMemoryRecords(spark, [record_batch(rows)]).map(count, "n long").collect()
     assert sum(r.n for r in counted) == len(rows), counted
     spark.stop()
 

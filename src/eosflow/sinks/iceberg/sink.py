@@ -86,7 +86,6 @@ class IcebergSink(Sink):
         """Each Spark task writes its range's files; the driver commits them all, with the positions, in
         one Iceberg commit. Returns each range's outcome (committed in the table when this returns)."""
         from eosflow.sinks.iceberg import catalog, commit, files
-        from eosflow.transform import arrow_source
 
         plan = run.plan
         written: dict[tuple[str, int], files.Written] = {}
@@ -94,14 +93,9 @@ class IcebergSink(Sink):
         if plan.nonempty:
             run.check_topics_unchanged()
             with run.read("read+transform+write files") as result:
-                rows = (
-                    arrow_source(result.source)
-                    .mapInArrow(
-                        files.range_writer(table.location(), plan.batch_id, result.check),
-                        files.WRITTEN_SCHEMA,
-                    )
-                    .collect()
-                )
+                rows = result.map_records(
+                    files.range_writer(table.location(), plan.batch_id, result.check), files.WRITTEN_SCHEMA
+                ).collect()
             for row in rows:
                 written.setdefault((row.kafka_topic, row.kafka_partition), files.Written()).add(row)
             # The files are written and nothing names them yet: the state a warehouse sink's staging

@@ -40,7 +40,7 @@ from eosflow.schema.arrow import json_text
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:
-    from eosflow.transform import BatchCheck
+    from eosflow.transform import BatchCheck, TransformResult
 
 
 class Output(Protocol):
@@ -470,19 +470,13 @@ def produce_plan(
     kafka: Mapping[str, str],
     pipeline: Pipeline,
     plan: Plan,
-    source,
-    check: BatchCheck,
+    result: TransformResult,
     encode: Callable[[Sequence[object]], bytes] | None = None,
 ) -> dict[tuple[str, int], RangeOutcome]:
     """Run every planned range's transaction: in the Spark tasks, then the record-less ones here."""
-    from eosflow.transform import arrow_source
-
     limit = topic_limits(kafka, [pipeline.sink.output_topic, pipeline.sink.dead_letter_topic])
-    rows = (
-        arrow_source(source)
-        .mapInArrow(range_producer(kafka, pipeline, plan, check, encode, limit), OUTCOME_SCHEMA)
-        .collect()
-    )
+    producer = range_producer(kafka, pipeline, plan, result.check, encode, limit)
+    rows = result.map_records(producer, OUTCOME_SCHEMA).collect()
     outcomes = {
         (r.kafka_topic, r.kafka_partition): RangeOutcome(
             r.kafka_topic, r.kafka_partition, r.outcome, r.n, r.written, r.rejected, r.lo, r.hi, r.detail

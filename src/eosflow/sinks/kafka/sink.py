@@ -119,9 +119,7 @@ class KafkaSink(Sink):
                 from eosflow.schema.avro_out import register_output
 
                 encode = register_output(run.registry, pipeline.name, pipeline.schema, self.output_topic)
-            outcomes = produce.produce_plan(
-                settings.kafka, pipeline, plan, result.source, result.check, encode
-            )
+            outcomes = produce.produce_plan(settings.kafka, pipeline, plan, result, encode)
         # Each task checked its range before committing it (produce.RangeTransaction.commit).
         run.log(
             f"produced {sum(o.written for o in outcomes.values()):,} records to {self.output_topic} and "

@@ -28,7 +28,7 @@ from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.target import create_staging, drop_ranges
-from eosflow.transform import REJECTED_COLUMNS, BatchCheck, TransformResult, arrow_source
+from eosflow.transform import REJECTED_COLUMNS, BatchCheck, TransformResult
 
 Key = tuple[str, int]  # (topic, partition)
 
@@ -60,7 +60,7 @@ def stage(
         else:
             table = create_staging(conn, pipeline, plan.batch_id)
             write = copy_writer(settings.warehouse_dsn, table, result.check)
-    rows = arrow_source(result.source).mapInArrow(write, _TALLY_SCHEMA).collect()
+    rows = result.map_records(write, _TALLY_SCHEMA).collect()
     return _merge(rows)
 
 

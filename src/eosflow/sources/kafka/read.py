@@ -1,73 +1,49 @@
-"""Step 2: read exactly the planned ranges with Spark's Kafka batch source, read_committed."""
+"""Step 2, the driver's side: the planned ranges become one Spark job with a task per range, and what
+the tasks read is checked against the plan.
+
+Each task reads its range itself with librdkafka (eosflow.sources.kafka.range_read) and hands the
+records, as Arrow batches, to the function the sink runs there: the records go through one Python
+process once, never through the JVM or the driver. Spark still schedules the ranges as tasks, runs
+them on its executors (a cluster spreads them), and retries a failed task, which reads its range again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 
-from eosflow.kafka_client import KafkaConfig, client_config, spark_options
+from eosflow.kafka_client import KafkaConfig, client_config
 from eosflow.ledger.ranges import Plan
-
-
-class ReadDataLossError(RuntimeError):
-    """Kafka deleted records of the planned ranges while the batch was being read."""
+from eosflow.sources.kafka.range_read import RangeToRead, read_range
 
 
 class ReadOutsidePlanError(RuntimeError):
-    """Spark returned records outside the planned ranges: never commit such a batch."""
+    """A task returned records outside the planned ranges: never commit such a batch."""
 
 
-class UnreadableRecordError(RuntimeError):
-    """A record Spark's Kafka source cannot read at all: its timestamp overflows Spark's microseconds."""
+class PlannedRead:
+    """The planned ranges as one Spark job's tasks: a task per range, which reads its range itself
+    (eosflow.sources.kafka.range_read) and hands the records to the sink's function as Arrow batches."""
 
-
-# Spark keeps instants as microseconds in a long: a Kafka timestamp beyond this many milliseconds
-# (a producer writing nanoseconds, on a topic that allows any timestamp) fails Spark's whole read.
-_SPARK_MAX_MS = (2**63 - 1) // 1000
-
-
-def read_plan(spark, kafka: str | KafkaConfig, plan: Plan):
-    starting, ending = plan.spark_offsets()
-    return (
-        spark.read.format("kafka")
-        # Each task's consumer otherwise waits out the broker's fetch.max.wait.ms (500 ms) at least once
-        # on its range: 1.4 s of a 6-partition, 300-record read on two cores (a stream's whole budget).
-        # A range ends at a known offset, so a short wait costs no throughput. The user's config wins.
-        .option("kafka.fetch.max.wait.ms", "10")
-        .options(**spark_options(kafka))  # the whole client configuration: SASL, TLS, ...
-        .option("assign", _assign(plan))
-        .option("startingOffsets", starting)
-        .option("endingOffsets", ending)
-        .option("kafka.isolation.level", "read_committed")
-        .option("includeHeaders", "true")
-        # Records deleted under us must fail the read, never be skipped silently.
-        .option("failOnDataLoss", "true")
-        .load()
-    )
-
-
-@contextmanager
-def data_loss_as_error(plan: Plan, kafka: str | KafkaConfig | None = None) -> Iterator[None]:
-    """Turn Spark's "records were lost" failure of the planned ranges into a ReadDataLossError, and
-    its failure on a timestamp it cannot represent into an UnreadableRecordError naming the records."""
-    from py4j.protocol import Py4JJavaError
-
-    try:
-        yield
-    except Py4JJavaError as exc:
-        if "long overflow" in str(exc) and "fromJavaTimestamp" in str(exc) and kafka:
-            raise _unreadable(plan, kafka) from None
-        if "KafkaIllegalStateException" not in str(exc) and "may have been lost" not in str(exc):
-            raise
-        reason = next(
-            (line.strip() for line in str(exc).splitlines() if "Could not read records" in line), ""
+    def __init__(self, spark, kafka: str | KafkaConfig, plan: Plan, stall_s: float = 120.0) -> None:
+        self.spark = spark
+        self.kafka = client_config(kafka)
+        self.ranges = tuple(
+            RangeToRead(r.topic, r.partition, r.start, r.end, plan.batch_id) for r in plan.nonempty
         )
-        raise ReadDataLossError(
-            f"batch {plan.batch_id}: Kafka deleted records of the planned ranges before they were read "
-            f"({reason or 'see the Spark error'}). Nothing was committed. This plan can never be read again: "
-            "start a new run (new run id); its plan will name the lost range, and --acknowledge-data-loss "
-            "records it in the ledger if the loss is accepted."
-        ) from None
+        self.stall_s = stall_s
+
+    def map(self, fn: Callable[[Iterator], Iterator], ddl: str):
+        """The DataFrame of what `fn` yields over each range's records (lazy, as mapInArrow is)."""
+        kafka, ranges, stall_s = self.kafka, self.ranges, self.stall_s
+
+        def task(ids):
+            for batch in ids:
+                for i in batch.column("id").to_pylist():
+                    yield from fn(read_range(kafka, ranges[i], stall_s=stall_s))
+
+        # One partition per range: a range is read by exactly one task, and a retried task reads it again.
+        n = len(ranges)
+        return self.spark.range(0, n, 1, max(n, 1)).mapInArrow(task, ddl)
 
 
 def check_within_plan(
@@ -83,49 +59,3 @@ def check_within_plan(
     if outside:
         raise ReadOutsidePlanError(f"batch {plan.batch_id}: read outside the plan: {'; '.join(outside)}")
     return {key: stats.get(key, (0, 0, 0))[0] for key in ((r.topic, r.partition) for r in plan.ranges)}
-
-
-def _assign(plan: Plan) -> str:
-    import json
-
-    topics: dict[str, list[int]] = {}
-    for r in plan.nonempty:
-        topics.setdefault(r.topic, []).append(r.partition)
-    return json.dumps(topics, sort_keys=True)
-
-
-def _unreadable(plan: Plan, kafka: str | KafkaConfig) -> UnreadableRecordError:
-    """Find, with a plain consumer, the records of the plan whose timestamps Spark cannot hold."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        client_config(
-            kafka,
-            **{
-                "group.id": "eosflow-unreadable-scan",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            },
-        )
-    )
-    found: list[str] = []
-    try:
-        for r in plan.nonempty:
-            consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-            while len(found) < 5:
-                msg = consumer.poll(5.0)
-                if msg is None or msg.error() is not None or msg.offset() >= r.end:
-                    break
-                ms = msg.timestamp()[1]
-                if abs(ms) > _SPARK_MAX_MS:
-                    found.append(f"{r.topic}[{r.partition}]@{msg.offset()} (timestamp {ms} ms)")
-    finally:
-        consumer.close()
-    where = ", ".join(found) or "a record of the planned ranges (the scan found none)"
-    return UnreadableRecordError(
-        f"batch {plan.batch_id}: Spark's Kafka source cannot read {where}: its timestamp is beyond what "
-        "Spark represents (microseconds in 64 bits; a producer writing nanoseconds?). Nothing was "
-        "committed, and no retry can read it. Fix the producer; the topic needs "
-        "message.timestamp.after.max.ms at its default (an hour) to refuse such records. eosflow cannot "
-        "turn this record into a rejected row yet (docs/DESIGN.md, 'Bad records')."
-    )
