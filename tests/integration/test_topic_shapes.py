@@ -122,13 +122,14 @@ def test_a_topic_recreated_with_the_same_name_is_refused_naming_both_ids(case):
 
     old_id = topic_id(case.settings.bootstrap_servers, case.topic)
     delete_topic(case.settings.bootstrap_servers, case.topic)
-    for _ in range(60):  # the broker forgets the old topic asynchronously
+    new_id = None
+    for _ in range(60):  # the broker forgets the old topic, and learns the new one, asynchronously
         try:
             case.create_topic(1)
+            new_id = topic_id(case.settings.bootstrap_servers, case.topic)
             break
         except Exception:
             time.sleep(0.5)
-    new_id = topic_id(case.settings.bootstrap_servers, case.topic)
     assert new_id != old_id
     _produce_to(case, 0, 45, seed=1310)  # more records than the stored position: nothing looks wrong
 
