@@ -16,7 +16,7 @@ MEASUREMENTS: dict[str, str] = {
     "iceberg": "eosflow ingest into an Iceberg table (sink: iceberg), end to end",
     "overhead": "eosflow fixed overhead (1 record)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",
-    "competent": "Competent loop (assign, eosflow's checks, COPY + positions in one transaction)",
+    "competent": "Competent loop (assign, msgspec checks, COPY + positions in one transaction)",
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
 }
 # fill a table with the loaded rows
