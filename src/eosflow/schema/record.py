@@ -18,6 +18,12 @@ batches Spark hands a Python task. Checks, in order; the first that fails is the
 
 An optional column that is absent or JSON null is NULL. The Kafka columns' own checks (timestamp,
 key, headers) are eosflow.transform's, before and after these.
+
+A JSON record passing 1 and 2 goes first through the declaration's compiled fast path
+(eosflow.schema.compiled: msgspec, in C), which only ever answers "valid, typed so"; any other
+record is checked here as if there were none, so every verdict it does not give, and every reason,
+is this module's. The Python check stays the reference the fast path is tested against
+(tests/unit/test_compiled_check.py), and `RecordCheck(..., compiled=False)` runs it alone.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from decimal import Decimal
 from operator import call
 
 from eosflow.schema.avro import AvroDecoder, RegistryConfig
+from eosflow.schema.compiled import compile_check
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.types import BAD, ColumnType, for_each
 
@@ -132,7 +139,13 @@ class RecordCheck:
     """A RecordSchema compiled into the per-record check; built once per Python task."""
 
     def __init__(
-        self, schema: RecordSchema, max_value_bytes: int, registry: RegistryConfig | None = None
+        self,
+        schema: RecordSchema,
+        max_value_bytes: int,
+        registry: RegistryConfig | None = None,
+        *,
+        compiled: bool = True,
+        give_up_after: int | None = 1_000,
     ) -> None:
         if max_value_bytes < 1:
             raise ValueError(f"max_value_bytes must be >= 1, got {max_value_bytes}")
@@ -149,6 +162,18 @@ class RecordCheck:
         self._width = len(columns)
         self._typed = _compile_typed(columns, self._getters, self._accepts, self._rules)
         self._parse = _parse_exact if self.exact_decimals else parse_object
+        # The compiled fast path (eosflow.schema.compiled) of a JSON declaration; compiled=False
+        # leaves every record to the Python check, which the fast path is tested against.
+        self._fast = (
+            compile_check(columns, self._getters, self._accepts, self._rules, self.exact_decimals)
+            if compiled and schema.format == "json"
+            else None
+        )
+        self._fallbacks = [0]  # records the fast path left to the Python check (a list: the closure counts)
+        # A topic whose records the fast path mostly leaves to the Python check (fields beyond the declared
+        # ones, a poisoned stretch) would pay for both: after this many records, a fast path that took
+        # less than half of them is not tried again by this check. Verdicts are the same either way.
+        self._give_up_after = give_up_after
         if schema.format == "avro":
             if registry is None:
                 raise ValueError("an Avro pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL")
@@ -160,21 +185,45 @@ class RecordCheck:
         """(error, None) for the first failing check, or (None, the columns' typed values)."""
         return self.check_value(value)
 
+    @property
+    def compiled(self) -> bool:
+        """Whether records go through the compiled fast path first."""
+        return self._fast is not None
+
+    @property
+    def fallbacks(self) -> int:
+        """How many records the fast path left to the Python check (rejected ones among them)."""
+        return self._fallbacks[0]
+
     def _checker(self):
         """`__call__` as a closure over its parts: the per-record path without attribute lookups
         (BatchCheck calls it once per record)."""
-        max_value_bytes, parse, typed_of, first_error = (
+        max_value_bytes, parse, typed_of, first_error, fast, fallbacks, give_up_after = (
             self.max_value_bytes,
             self._parse,
             self._typed,
             self.first_error,
+            self._fast,
+            self._fallbacks,
+            self._give_up_after,
         )
+        tried = 0
 
         def check_value(value: bytes | None) -> tuple[str | None, list | None]:
+            nonlocal fast, tried
             if value is None:
                 return "null value", None
             if len(value) > max_value_bytes:
                 return f"oversized: {len(value)} bytes > {max_value_bytes}", None
+            if fast is not None:
+                # Only ever "valid, typed so": anything else is the Python check's to judge and name.
+                tried += 1
+                typed = fast(value)
+                if typed is not None:
+                    return None, typed
+                fallbacks[0] += 1
+                if give_up_after is not None and tried >= give_up_after and 2 * fallbacks[0] > tried:
+                    fast = None
             try:
                 text = value.decode("utf-8")  # strict: no surrogates, overlong forms or truncated sequences
             except UnicodeDecodeError:

@@ -1,0 +1,394 @@
+"""The JSON record check's compiled fast path: msgspec parses and types a record in C.
+
+A declaration becomes one `msgspec.Struct` (a field per top-level key its columns read), decoded by
+`msgspec.json.Decoder(struct, strict=True)`, and a generated function that finishes in Python what C
+cannot decide exactly. The fast path only ever answers "valid, and these are the typed values"; for
+any other record it answers None and eosflow.schema.record runs its Python check, which gives the
+verdict and the reason. The reasons are thus the Python check's by construction; what must hold is
+that the fast path never accepts a record that check rejects, nor types a value otherwise
+(tests/unit/test_compiled_check.py holds the two to the same answers).
+
+Per column type (a column alone on its top-level key; see `_scalar`):
+
+- in C, final: text and uuid as ``str``, bigint and integer as ``int`` with their range and min/max
+  as ``Meta(ge, le)`` (strict: 1.0 and true are no integers), boolean as ``bool``, an ``enum`` as a
+  ``Literal`` of the allowed values that also pass the column's other rules; and their arrays. A
+  ``pattern`` and the canonical uuid form are matched in Python with the rule's own compiled
+  pattern: ``Meta(pattern)`` runs the same ``re.search``, but measured 2-3 times slower per value.
+- in C as JSON strings, then the Python check's accept and rules: timestamptz and date (msgspec's
+  own datetime and date parsing take forms the declared ones refuse, and round what they truncate),
+  boolean with an enum; and their arrays.
+- as any JSON value (``Any``, floats through ``float_hook``: the same ``float`` or ``Decimal`` call
+  as json's ``parse_float``), then the Python check's getter, accept and rules: double, numeric(p,s)
+  (msgspec's ``Decimal`` also takes the string "1.5"), jsonb, their arrays, and every column of a
+  top-level key that a nested path (``$.a.b``, ``$.a[0]``) or a second column reads.
+
+What json refuses, msgspec refuses too, or the generated function does: malformed JSON, NaN and the
+infinities, trailing data, a document that is not an object, lone surrogates (msgspec refuses a
+``\\ud800`` escape without its pair), invalid UTF-8 (any non-ASCII value goes through Python's
+strict codec first, as in the Python check), integers past Python's 4300 digits, nesting deeper
+than `MAX_DEPTH`. Fields beyond the declared ones (``forbid_unknown_fields``) leave a record to the
+Python check, which allows them; so does a key no Struct field can be named after (one holding '"',
+'\\' or a control character), whose columns are otherwise NULL (a required one, or a path starting
+with an index, ``$[0]``, leaves the whole declaration to the Python check).
+
+Duplicate keys: msgspec keeps the last value silently (its issue #648), so the fast path counts
+what the document holds against what was decoded. Without a backslash a value holds no escape, so
+every '"' delimits a string: ``value.count(b'"')`` is twice (members + string values), and equals
+twice the decoded ones' count exactly when no member was lost to a duplicate. With a backslash,
+every ':' outside a string separates a member: ``value.count(b":")`` plus the ``\\u003a`` escapes is
+at least (members + colons in the decoded strings), and equal to it exactly when none was lost.
+The decoded side is the Struct's present fields and strings, and a walk of the ``Any`` values. A
+record whose counts differ goes to the Python check, which names a duplicate "not JSON".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from eosflow.schema.declaration import Column
+from eosflow.schema.types import _UUID, BAD
+
+# Containers nested deeper than this (the document itself is the first) leave a record to the Python
+# check: json refuses a document nested past the interpreter's recursion limit (1000 frames, less
+# those of its caller), and the fast path must not accept one it would refuse.
+MAX_DEPTH = 64
+
+_INT_RANGES = {"bigint": (-(2**63), 2**63 - 1), "integer": (-(2**31), 2**31 - 1)}
+_HEAVY = frozenset({str, dict, list})  # the JSON values that hold strings
+
+
+class _TooDeep(Exception):
+    """A decoded value nests deeper than MAX_DEPTH."""
+
+
+def strings_in(node: Any, depth: int) -> int:
+    """The strings of a decoded JSON value, keys included (each is two '"' in its text)."""
+    t = type(node)
+    if t is str:
+        return 1
+    if t is dict:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return len(node) + sum(strings_in(v, depth + 1) for v in node.values() if type(v) in _HEAVY)
+    if t is list:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return sum(strings_in(v, depth + 1) for v in node if type(v) in _HEAVY)
+    return 0
+
+
+def colons_in(node: Any, depth: int) -> int:
+    """The members and the ':' characters in the strings (keys included) of a decoded JSON value."""
+    t = type(node)
+    if t is str:
+        return node.count(":")
+    if t is dict:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return sum(
+            1 + k.count(":") + (colons_in(v, depth + 1) if type(v) in _HEAVY else 0) for k, v in node.items()
+        )
+    if t is list:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return sum(colons_in(v, depth + 1) for v in node if type(v) in _HEAVY)
+    return 0
+
+
+def all_match(match: Callable[[str], object], values: list[str]) -> bool:
+    return all(match(v) is not None for v in values)
+
+
+def list_colons(values: list[str]) -> int:
+    return sum(v.count(":") for v in values)
+
+
+def list_nul(values: list[str]) -> bool:
+    return any("\x00" in v for v in values)
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """How msgspec types one column's field, and what Python still checks of it."""
+
+    annotation: object  # the msgspec type of a present, non-null value
+    strings: bool  # the JSON value is a string (an array: of strings)
+    finish: bool  # C checked the JSON type only: the column's accept and every rule run in Python
+    match: Callable[[str], object] | None = None  # the pattern's search, or the uuid form's fullmatch
+    nul: bool = False  # text: refuse a NUL (only a \u0000 escape writes one)
+    colons: bool = False  # an accepted value may hold ':' (counted when the value has a backslash)
+
+
+def _scalar(column: Column) -> _Typed | None:
+    """The type of a column of a scalar type, or of its array's elements; None: decoded as Any."""
+    declared = (column.type.element or column.type).declared
+    if declared in ("text", "uuid"):
+        if column.enum is not None:
+            # The other rules are settled here, once, for each allowed value.
+            if declared == "uuid":
+                allowed = [v for v in column.enum if _UUID.fullmatch(v)]
+            else:
+                pattern = column.pattern
+                allowed = [
+                    v for v in column.enum if "\x00" not in v and (pattern is None or pattern.search(v))
+                ]
+            if not allowed:
+                return None
+            return _Typed(Literal[tuple(sorted(allowed))], True, False, colons=any(":" in v for v in allowed))
+        if declared == "uuid":
+            return _Typed(str, True, False, match=_UUID.fullmatch)
+        match = column.pattern.search if column.pattern is not None else None
+        return _Typed(str, True, False, match=match, nul=True, colons=True)
+    if declared in _INT_RANGES:
+        low, high = _INT_RANGES[declared]
+        low = low if column.min is None else max(low, column.min)
+        high = high if column.max is None else min(high, column.max)
+        if column.enum is None:
+            return _Typed(Annotated[int, Meta(ge=low, le=high)], False, False)
+        allowed = [v for v in column.enum if low <= v <= high]
+        return _Typed(Literal[tuple(sorted(allowed))], False, False) if allowed else None
+    if declared == "boolean":
+        return _Typed(bool, False, column.enum is not None)
+    if declared in ("timestamptz", "date"):
+        return _Typed(str, True, True, colons=True)
+    return None  # double, numeric(p,s), jsonb
+
+
+def _typed(column: Column) -> _Typed | None:
+    scalar = _scalar(column)
+    if scalar is None or not column.type.is_array:
+        return scalar
+    return _Typed(
+        list[scalar.annotation],
+        scalar.strings,
+        scalar.finish,
+        scalar.match,
+        scalar.nul,
+        scalar.colons,
+    )
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One top-level key of the document: a field of the Struct."""
+
+    key: str
+    columns: tuple[int, ...]  # the columns reading it, by index
+    typed: _Typed | None  # None: decoded as Any
+    required: bool  # msgspec refuses a record without it (a required typed column)
+    named: bool = True  # False: a key no Struct field can be named, so a record holding it is refused
+
+
+# What msgspec refuses in a field's name: such a key is no field, so a record that holds it falls back.
+_UNNAMEABLE = frozenset('\\"').union(map(chr, range(0x20)))
+
+
+def _plan(columns: tuple[Column, ...]) -> list[_Field] | None:
+    """The Struct's fields, or None for a declaration the fast path does not take."""
+    if any(type(c.path[0]) is not str for c in columns):
+        return None  # `$[0]`: a document is an object, so never there; left to the Python check
+    readers: dict[str, list[int]] = {}
+    for i, column in enumerate(columns):
+        readers.setdefault(column.path[0], []).append(i)
+    fields = []
+    for key, indexes in readers.items():
+        column = columns[indexes[0]]
+        if not _UNNAMEABLE.isdisjoint(key):
+            if any(columns[i].required for i in indexes):
+                return None  # no record would be taken
+            fields.append(_Field(key, tuple(indexes), None, False, named=False))  # its columns: NULL
+            continue
+        typed = _typed(column) if len(indexes) == 1 and len(column.path) == 1 else None
+        fields.append(_Field(key, tuple(indexes), typed, typed is not None and column.required))
+    return fields
+
+
+class StructDecoder:
+    """The declaration's Struct and its strict decoder. Pickled as its columns and rebuilt where it
+    is loaded: msgspec's types and decoders do not pickle, and Spark ships a check by value."""
+
+    __slots__ = ("columns", "exact_decimals", "decode")
+
+    def __init__(self, columns: tuple[Column, ...], exact_decimals: bool) -> None:
+        self.columns = columns
+        self.exact_decimals = exact_decimals
+        plan = _plan(columns)
+        if plan is None:
+            raise ValueError("the fast path does not take this declaration")
+        fields: list[tuple] = []
+        for j, field in enumerate(plan):
+            if not field.named:
+                continue
+            if field.typed is None:
+                fields.append((f"f{j}", Any, UNSET))
+            elif field.required:
+                fields.append((f"f{j}", field.typed.annotation))
+            else:  # absent (UNSET) and null (None) are both NULL, but only one is a member
+                fields.append((f"f{j}", field.typed.annotation | None | UnsetType, UNSET))
+        struct = msgspec.defstruct(
+            "Record",
+            fields,
+            rename={f"f{j}": field.key for j, field in enumerate(plan) if field.named},  # keys as f<j>
+            kw_only=True,  # required and optional fields in any order
+            forbid_unknown_fields=True,  # every member is a field: what the duplicate count relies on
+            gc=False,  # short-lived, acyclic
+        )
+        # An untyped (Any) float is read by the very call json's parse_float makes, not by msgspec's own
+        # parser: the same double, or the same Decimal, by construction.
+        hook = Decimal if exact_decimals else float
+        self.decode = msgspec.json.Decoder(struct, strict=True, float_hook=hook).decode
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[Column, ...], bool]]:
+        return StructDecoder, (self.columns, self.exact_decimals)
+
+
+def compile_check(
+    columns: tuple[Column, ...],
+    getters: tuple[Callable, ...],
+    accepts: tuple[Callable, ...],
+    rules: tuple[tuple[Callable, ...], ...],
+    exact_decimals: bool,
+) -> Callable[[bytes], list | None] | None:
+    """The fast path of a JSON declaration: a record's bytes -> its typed columns if the record
+    passes every check, None if it fails one or the fast path cannot tell (the Python check then
+    decides); None for a declaration the fast path does not take. The getters, accepts and rules
+    are the Python check's own (eosflow.schema.record), run wherever C does not decide."""
+    plan = _plan(columns)
+    if plan is None:
+        return None
+    scope: dict[str, object] = {
+        "decoder": StructDecoder(columns, exact_decimals),
+        "UNSET": UNSET,
+        "BAD": BAD,
+        "_TooDeep": _TooDeep,
+        "strings_in": strings_in,
+        "colons_in": colons_in,
+        "all_match": all_match,
+        "list_colons": list_colons,
+        "list_nul": list_nul,
+        "NUL": "\x00",
+        "__name__": __name__,  # as record._compile_typed: pickled by value without a module search
+    }
+    # The strings and the members of the required typed fields, which every accepted record has.
+    strings = sum(
+        1 + (f.typed.strings and not columns[f.columns[0]].type.is_array) for f in plan if f.required
+    )
+    members = sum(1 + f.key.count(":") for f in plan if f.required)
+    body, escaped = [f"n = {strings}"], [f"w = {members}"]
+    for j, field in enumerate(plan):
+        body += _field_lines(j, field, columns, getters, accepts, rules, scope)
+        escaped += _escaped_lines(j, field, columns)
+    lines = [
+        "def fast(value):",
+        "    if not value.isascii():",
+        "        try:",
+        "            value.decode('utf-8')  # strict, as the Python check's",
+        "        except UnicodeDecodeError:",
+        "            return None",
+        "    try:",
+        "        s = decoder.decode(value)",
+        "    except Exception:  # any refusal, RecursionError included: the Python check decides",
+        "        return None",
+        "    try:",
+        *(f"        {line}" for line in body),
+        "        if value.find(b'\\\\') >= 0:  # escapes: count colons",
+        *(f"            {line}" for line in escaped),
+        "            if value.count(b':') + value.count(b'\\\\u003a') + value.count(b'\\\\u003A') != w:",
+        "                return None",
+        "        elif value.count(b'\"') != 2 * n:  # none: count strings",
+        "            return None",
+        "    except _TooDeep:",
+        "        return None",
+        f"    return [{', '.join(f'v{i}' for i in range(len(columns)))}]",
+    ]
+    exec("\n".join(lines), scope)  # noqa: S102 - the source is built above from the declaration's types
+    return scope["fast"]
+
+
+def _field_lines(
+    j: int,
+    field: _Field,
+    columns: tuple[Column, ...],
+    getters: tuple[Callable, ...],
+    accepts: tuple[Callable, ...],
+    rules: tuple[tuple[Callable, ...], ...],
+    scope: dict[str, object],
+) -> list[str]:
+    """Lines taking field f<j> of the Struct `s` into its columns' values v<i>, refusing (return
+    None) what fails a check, and adding its strings to `n` where they are not counted statically."""
+    typed = field.typed
+    if not field.named:
+        return [f"v{i} = None" for i in field.columns]
+    if typed is None:  # Any: the Python check's getter, accept and rules, column by column
+        lines = [f"a{j} = s.f{j}", f"if a{j} is not UNSET:", f"    n += 1 + strings_in(a{j}, 1)"]
+        for i in field.columns:
+            if len(columns[i].path) == 1:
+                lines.append(f"r = None if a{j} is UNSET else a{j}")
+            else:
+                scope[f"get{i}"], scope[f"key{j}"] = getters[i], field.key
+                lines.append(f"r = None if a{j} is UNSET else get{i}({{key{j}: a{j}}})")
+            missing = "    return None" if columns[i].required else f"    v{i} = None"
+            lines += ["if r is None:", missing, "else:"]
+            lines += [f"    {line}" for line in _finish(i, "r", accepts, rules, scope)]
+        return lines
+    (i,) = field.columns
+    array = columns[i].type.is_array
+    checks = []
+    if typed.strings and array:
+        checks.append(f"n += len(v{i})")
+    elif typed.strings and not field.required:
+        checks.append("n += 1")
+    if typed.match is not None:
+        scope[f"match{i}"] = typed.match
+        test = f"not all_match(match{i}, v{i})" if array else f"match{i}(v{i}) is None"
+        checks += [f"if {test}:", "    return None"]
+    if typed.finish:
+        checks += _finish(i, f"v{i}", accepts, rules, scope)
+    lines = [f"v{i} = s.f{j}"]
+    if field.required:
+        return lines + checks
+    lines += [f"if v{i} is UNSET:", f"    v{i} = None", "else:", "    n += 1"]
+    if checks:
+        lines += [f"    if v{i} is not None:", *(f"        {line}" for line in checks)]
+    return lines
+
+
+def _escaped_lines(j: int, field: _Field, columns: tuple[Column, ...]) -> list[str]:
+    """For a value holding a backslash: field f<j>'s NUL check, and its members and colons into `w`."""
+    member = 1 + field.key.count(":")
+    if not field.named:
+        return []
+    if field.typed is None:
+        return [f"if s.f{j} is not UNSET:", f"    w += {member} + colons_in(s.f{j}, 1)"]
+    array = columns[field.columns[0]].type.is_array
+    checks = []
+    if field.typed.nul:
+        test = f"list_nul(s.f{j})" if array else f"NUL in s.f{j}"
+        checks += [f"if {test}:", "    return None"]
+    if field.typed.colons:
+        checks.append(f"w += list_colons(s.f{j})" if array else f"w += s.f{j}.count(':')")
+    if field.required:
+        return checks
+    lines = [f"if s.f{j} is not UNSET:", f"    w += {member}"]
+    if checks:
+        lines += [f"    if s.f{j} is not None:", *(f"        {line}" for line in checks)]
+    return lines
+
+
+def _finish(
+    i: int, raw: str, accepts: tuple[Callable, ...], rules: tuple[tuple[Callable, ...], ...], scope: dict
+) -> list[str]:
+    """Column i's accept and rules applied to `raw`, into v<i>: the Python check's own functions."""
+    scope[f"accept{i}"] = accepts[i]
+    lines = [f"v{i} = accept{i}({raw})", f"if v{i} is BAD:", "    return None"]
+    for k, rule in enumerate(rules[i]):
+        scope[f"rule{i}_{k}"] = rule
+        lines += [f"if rule{i}_{k}(v{i}) is not None:", "    return None"]
+    return lines
