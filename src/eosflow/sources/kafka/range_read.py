@@ -122,16 +122,17 @@ _CONSUME_MAX = 2_000
 
 def _records(consumer, r: RangeToRead, stall_s: float) -> Iterator[list]:
     """The range's records in offset order, in the lists consume() hands them over."""
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaException
 
     at = r.start  # every offset below `at` is read (or a hole)
     idle_since = time.monotonic()
     ended_at = None  # where the partition last said it ends, if below the plan's end
+    last_error = None  # the last passing error librdkafka reported, for a stalled read's message
     while at < r.end:
         messages = consumer.consume(num_messages=min(_CONSUME_MAX, r.end - at), timeout=_CONSUME_WAIT_S)
         if not messages:
             if time.monotonic() - idle_since > stall_s:
-                raise ReadStalledError(_stalled(r, at, stall_s, ended_at))
+                raise ReadStalledError(_stalled(r, at, stall_s, ended_at, last_error))
             continue
         idle_since = time.monotonic()
         records = [m for m in messages if m.error() is None]
@@ -140,14 +141,15 @@ def _records(consumer, r: RangeToRead, stall_s: float) -> Iterator[list]:
                 error = m.error()
                 if error is None:
                     continue
-                if error.code() == KafkaError._PARTITION_EOF:
+                verdict = judge(error)
+                if verdict == "end":
                     # At or past the plan's end: the rest of the range was aborted records or markers.
                     # Below it: a new leader whose high watermark has not caught up yet; wait for it.
                     if m.offset() >= r.end:
                         at = r.end
                     else:
                         ended_at = m.offset()
-                elif error.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                elif verdict == "lost":
                     raise ReadDataLossError(
                         f"batch {r.batch_id}: Kafka deleted records of {r.topic}[{r.partition}] in the "
                         f"planned range [{r.start}, {r.end}) before they were read ({error.str()}). Nothing "
@@ -155,9 +157,10 @@ def _records(consumer, r: RangeToRead, stall_s: float) -> Iterator[list]:
                         "its plan will name the lost range, and --acknowledge-data-loss records it in the "
                         "ledger if the loss is accepted."
                     )
-                elif error.fatal() or not error.retriable():
+                elif verdict == "fail":
                     raise KafkaException(error)
-                # else a passing error (a broker gone for a moment): librdkafka retries the fetch itself
+                else:
+                    last_error = error.str()  # librdkafka retries by itself; named if the read stalls
         if not records:
             continue
         if records[-1].offset() >= r.end:  # records at or past the end are the next run's
@@ -168,18 +171,54 @@ def _records(consumer, r: RangeToRead, stall_s: float) -> Iterator[list]:
             yield records
 
 
-def _stalled(r: RangeToRead, at: int, stall_s: float, ended_at: int | None) -> str:
+def _stalled(r: RangeToRead, at: int, stall_s: float, ended_at: int | None, last_error: str | None) -> str:
     why = (
         f"; the partition ends at offset {ended_at}, below the planned end: a leader still catching up, "
         "or records the plan saw are gone (an unclean leader election, the topic re-created)"
         if ended_at is not None
         else ""
     )
+    said = f"; Kafka's last error: {last_error}" if last_error else ""
     return (
         f"batch {r.batch_id}: Kafka sent nothing more of {r.topic}[{r.partition}] for {stall_s:.0f} s "
-        f"(read up to offset {at}, planned up to {r.end}{why}). Nothing was committed; a retry reads the "
-        "same range"
+        f"(read up to offset {at}, planned up to {r.end}{why}{said}). Nothing was committed; a retry "
+        "reads the same range"
     )
+
+
+def judge(error) -> str:
+    """What a consumer error means for a range read: "end" (the partition's end), "lost" (records
+    deleted before they were read), "fail" (no wait can help), or "wait". librdkafka reports a broker
+    restarting or a leader moving as errors it retries by itself (`retriable()` is False for those
+    too), so only a fatal error or a refused login or permission fails the read at once; a read that
+    waits too long fails as stalled."""
+    from confluent_kafka import KafkaError
+
+    code = error.code()
+    if code == KafkaError._PARTITION_EOF:
+        return "end"
+    if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        return "lost"
+    if error.fatal() or code in _REFUSED:
+        return "fail"
+    return "wait"
+
+
+def _refused() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+
+    return frozenset(
+        {
+            KafkaError._AUTHENTICATION,
+            KafkaError.SASL_AUTHENTICATION_FAILED,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+            KafkaError._SSL,
+        }
+    )
+
+
+_REFUSED = _refused()
 
 
 def _batch(records: list, topic: str, partition: int) -> pa.RecordBatch:
