@@ -12,10 +12,9 @@ from confluent_kafka.admin import AdminClient
 
 from eosflow.kafka_admin import ensure_topic
 from eosflow.pipelines import InitialOffset
-from eosflow.produce import events
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from eosflow.sources.kafka.offsets import partition_offsets
 from eosflow.sources.kafka.range_read import RECORD_SCHEMA, RangeToRead, ReadDataLossError, read_range
+from tests.aborted import produce_with_aborts
 
 pytestmark = pytest.mark.integration
 
@@ -29,16 +28,8 @@ def _read(bootstrap: str, topic: str, partition: int, start: int, end: int, **kw
 
 def test_a_range_holds_exactly_its_committed_records_and_ends_where_planned(running_stack, topic_name):
     s = running_stack
-    ensure_topic(s.bootstrap_servers, topic_name, 2, log=lambda m: None)
-    producer = EventProducer(
-        s.bootstrap_servers,
-        topic_name,
-        Delivery(transactional_id=f"{topic_name}-tx", txn_size=40, abort_ratio=0.3),
-        seed=5,
-    )
-    manifest = produce_stream(producer, events.generate(5, 1_000), seed=5)
+    manifest = produce_with_aborts(s.bootstrap_servers, topic_name, 2, 1_000, seed=5)
     visible = sorted((r.partition, r.offset, r.event_id) for r in manifest.visible())
-    assert manifest.counts()["aborted"] > 0
     ends = partition_offsets(s.bootstrap_servers, topic_name, InitialOffset("earliest", None))
 
     whole = []

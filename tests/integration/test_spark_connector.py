@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from eosflow.kafka_admin import ensure_topic
-from eosflow.produce import events
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from tests.aborted import produce_with_aborts
 
 pytestmark = pytest.mark.integration
 
 
 def test_spark_reads_exactly_the_committed_records(running_stack, spark, topic_name):
     s = running_stack
-    ensure_topic(s.bootstrap_servers, topic_name, 3, log=lambda m: None)
-    producer = EventProducer(
-        s.bootstrap_servers,
-        topic_name,
-        Delivery(transactional_id=f"{topic_name}-tx", txn_size=40, abort_ratio=0.3),
-        seed=3,
-    )
-    manifest = produce_stream(producer, events.generate(3, 1_200), seed=3)
-    assert manifest.counts()["aborted"] > 0
+    manifest = produce_with_aborts(s.bootstrap_servers, topic_name, 3, 1_200, seed=3)
 
     # The session every test shares (made as the job makes it, with the stack's jars): a session of
     # this test's own would be the shared one anyway (getOrCreate), and stopping it broke later tests.
