@@ -41,3 +41,35 @@ def test_an_unknown_delivery_mode_is_a_clear_configuration_error(case):
     case.write_config(delivery="twice")
     with pytest.raises(PipelineConfigError, match="delivery 'twice' unknown; one of"):
         _ = case.pipeline
+
+
+def test_at_most_once_output_survives_another_runs_sweep_between_its_two_transactions(case, tmp_path):
+    """The positions commit first and mark the plan committed; until the second transaction publishes the
+    output, its staging must not look like a committed batch's leftovers to another run's sweep (found by
+    the suite: a run of another pipeline swept it in that gap, and the batch's output was lost)."""
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    from eosflow.sinks.postgres.target import sweep_staging
+
+    case.write_config(delivery="at_most_once")
+    manifest = case.produce(200, seed=307)
+    env = case.env(EOSFLOW_PAUSE_AT="in_commit", EOSFLOW_FAULT_DIR=str(tmp_path))
+    cmd = [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name, "--run-id", "r1"]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "in_commit.paused").exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.1)
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        swept = sweep_staging(conn)  # what any other run's prepare step does
+    (tmp_path / "in_commit.resume").write_text("go")
+    out, err = run.communicate(timeout=240)
+
+    assert run.returncode == 0, err[-3000:]
+    assert sorted(case.event_ids()) == _visible_ids(manifest), err[-3000:]
+    assert f"{case.name}:r1" not in swept
+    assert case.violations() == []

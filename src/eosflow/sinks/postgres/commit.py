@@ -38,7 +38,7 @@ from eosflow.ledger.positions import (
 from eosflow.ledger.ranges import Plan
 from eosflow.pipelines import Pipeline
 from eosflow.sinks.postgres import partitions
-from eosflow.sinks.postgres.target import drop_ranges, staging_table
+from eosflow.sinks.postgres.target import drop_ranges, holding_batch, staging_table
 
 
 def commit(
@@ -170,7 +170,17 @@ def _commit_output_then_positions(
 def _commit_positions_then_output(
     conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
 ) -> tuple[str, dict[Key, PartitionCounts]]:
-    """at_most_once: the positions commit first; a crash before the output does loses it."""
+    """at_most_once: the positions commit first; a crash before the output does loses it.
+
+    Between the two transactions the plan reads as committed, which is what another run's sweep
+    (eosflow.sinks.postgres.target.sweep_staging) takes for leftovers: the batch is held for both."""
+    with holding_batch(conn, plan.batch_id):
+        return _positions_then_output(conn, pipeline, plan, records_read)
+
+
+def _positions_then_output(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
         locked = lock_positions(conn, plan)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 from psycopg import sql
@@ -59,11 +60,29 @@ STAGING_TTL_HOURS = 24
 _STAGING_COMMENT = re.compile(r"eosflow staging of batch (.*) for [a-z0-9_]+\.[a-z0-9_]+", re.S)
 
 
+@contextmanager
+def holding_batch(conn: psycopg.Connection, batch_id: str) -> Iterator[None]:
+    """Keep other runs' sweeps off the batch's staging while this session holds it, across
+    transactions (a session-level advisory lock on the batch id)."""
+    key = _batch_lock_key(batch_id)
+    conn.execute("select pg_advisory_lock(hashtext(%s))", (key,))
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.execute("select pg_advisory_unlock(hashtext(%s))", (key,))
+
+
+def _batch_lock_key(batch_id: str) -> str:
+    return f"eosflow.staging:{batch_id}"
+
+
 def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda m: None) -> list[str]:
     """Drop staging left by batches that can no longer commit; returns the batch ids swept.
 
     A batch's staging goes when its plan is committed (a run killed after its commit), or was made
-    more than STAGING_TTL_HOURS ago and never committed. A table some run still holds is skipped.
+    more than STAGING_TTL_HOURS ago and never committed. A table some run still holds is skipped, and
+    so is a batch a run holds (`holding_batch`: at_most_once's output, after its positions committed).
     """
     tables = conn.execute(
         "select c.relname, obj_description(c.oid, 'pg_class') from pg_class c "
@@ -94,6 +113,11 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
         try:
             with conn.transaction():
                 conn.execute("set local lock_timeout = '200ms'")
+                held = conn.execute(
+                    "select not pg_try_advisory_xact_lock(hashtext(%s))", (_batch_lock_key(batch_id),)
+                ).fetchone()[0]
+                if held:
+                    continue
                 for name, owner in staged.items():
                     if owner == batch_id:
                         conn.execute(sql.SQL("drop table if exists staging.{}").format(sql.Identifier(name)))
