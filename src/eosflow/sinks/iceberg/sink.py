@@ -70,11 +70,19 @@ class IcebergSink(Sink):
         table = catalog.ensure_table(
             catalog.catalog(settings), self.iceberg_table, valid_columns(pipeline.schema), log
         )
-        held = catalog.positions(table)
-        rejected = _rejected_rows(catalog.rejected_files(table), catalog.rejected_files(table, "replay"))
+        # The table is read only once reconcile has read the ledger: the table commits before the
+        # ledger mirrors, so a table read after the ledger is never behind it, whatever another run
+        # commits meanwhile (read before it, a run committing in between looked like a gap).
+        loaded: list = []
 
         def in_table(topic: str, partitions: list[int]):
+            loaded[:] = [table.refresh()]
+            held = catalog.positions(loaded[0])
             return {p: held[(topic, p)] for p in partitions if (topic, p) in held}
+
+        def rejected(conn: psycopg.Connection, plan, parts) -> None:
+            files = catalog.rejected_files(loaded[0]), catalog.rejected_files(loaded[0], "replay")
+            _rejected_rows(*files)(conn, plan, parts)
 
         mirror.reconcile(conn, pipeline.name, pipeline.topics, in_table, self._where, log, rejected)
 
