@@ -42,6 +42,9 @@ def _json_object(name: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))
 
 
+INLINE_MAX_OFFSETS = 200_000  # docs/DESIGN.md, step 2: below it a JVM costs more than it spreads
+
+
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -96,6 +99,10 @@ class Settings:
     schema_registry_url: str = ""
     schema_registry_config: tuple[tuple[str, str], ...] = ()
     registry_port: int = 18081
+    # A plan spanning at most this many offsets is read in the run's own process, without Spark
+    # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.
+    # 0: every plan through Spark. EOSFLOW_INLINE_MAX_OFFSETS.
+    inline_max_offsets: int = INLINE_MAX_OFFSETS
 
     @property
     def bootstrap_servers(self) -> str:
@@ -215,4 +222,5 @@ def load() -> Settings:
         schema_registry_url=os.environ.get("EOSFLOW_SCHEMA_REGISTRY_URL", "").strip(),
         schema_registry_config=_json_object("EOSFLOW_SCHEMA_REGISTRY_CONFIG"),
         registry_port=_int("EOSFLOW_REGISTRY_PORT", 18081),
+        inline_max_offsets=_int("EOSFLOW_INLINE_MAX_OFFSETS", INLINE_MAX_OFFSETS),
     )

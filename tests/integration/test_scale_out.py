@@ -59,6 +59,7 @@ def test_the_same_job_runs_on_a_spark_cluster_against_three_brokers(case, kafka_
         [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", case.name],
         env=case.env(
             EOSFLOW_SPARK_MASTER=spark_cluster.master_url,
+            EOSFLOW_INLINE_MAX_OFFSETS="0",  # a batch this small would run in the driver's process
             EOSFLOW_KAFKA_BOOTSTRAP_SERVERS=kafka_cluster.bootstrap_servers,
         ),
         capture_output=True,

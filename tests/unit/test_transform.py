@@ -34,6 +34,7 @@ def _spark_columns(columns) -> list[tuple[str, str]]:
 
 VALID_COLUMNS = _spark_columns(valid_columns(SCHEMA))
 
+
 def records(spark: SparkSession, rows: list[tuple]) -> InMemoryRecords:
     """The rows as a task's Arrow batch of Kafka records, as a range read hands it over."""
     return InMemoryRecords(spark, [record_batch(rows)])

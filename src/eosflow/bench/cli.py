@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eosflow import settings as settings_mod
-from eosflow.bench.results import MEASUREMENTS, Result
+from eosflow.bench.results import MEASUREMENTS, OVERHEADS, Result
 
 if TYPE_CHECKING:
     from eosflow.bench.report import RunInfo
@@ -259,7 +259,7 @@ def _stream(args: argparse.Namespace, run: _Run, partitions: int) -> int:
 def _scaling(args: argparse.Namespace, run: _Run) -> int:
     from eosflow.bench import report, suite
 
-    only = [m for m in args.only if m != "overhead"]  # the fixed overhead does not depend on the size
+    only = [m for m in args.only if m not in OVERHEADS]  # the fixed overhead does not depend on the size
     plan = [(p, n) for p in args.scaling_partitions for n in args.scaling_records]
     results: list[Result] = []
     problems: list[str] = []

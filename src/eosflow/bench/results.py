@@ -15,10 +15,12 @@ MEASUREMENTS: dict[str, str] = {
     "eosflow": "eosflow ingest, end to end",
     "iceberg": "eosflow ingest into an Iceberg table (sink: iceberg), end to end",
     "overhead": "eosflow fixed overhead (1 record)",
+    "overhead-spark": "eosflow fixed overhead through Spark (1 record, EOSFLOW_INLINE_MAX_OFFSETS=0)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",
     "competent": "Competent loop (assign, msgspec checks, COPY + positions in one transaction)",
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
 }
+OVERHEADS = ("overhead", "overhead-spark")  # 1-record runs: beside the table, not in its ratios
 # fill a table with the loaded rows
 WRITERS = ("write-ceiling", "write-ceiling-2", "eosflow", "handwritten", "competent", "streaming")
 
@@ -118,7 +120,7 @@ class Result:
 def eosflow_ratio(result: Result, cell: list[Result]) -> float | None:
     """eosflow's records/s over this measurement's, in the same cell (same topic); > 1: eosflow is faster."""
     eos = next((r for r in cell if r.measurement == "eosflow"), None)
-    if eos is None or result.measurement in ("eosflow", "overhead") or result.records_per_s == 0:
+    if eos is None or result.measurement in ("eosflow", *OVERHEADS) or result.records_per_s == 0:
         return None
     return eos.records_per_s / result.records_per_s
 

@@ -19,7 +19,7 @@ import psycopg
 
 from eosflow.bench import ceilings, eosflow_run, load, targets
 from eosflow.bench.measure import Measured, MeasurementFailed, run_measured, worker_result
-from eosflow.bench.results import MEASUREMENTS, WRITERS, Result
+from eosflow.bench.results import MEASUREMENTS, OVERHEADS, WRITERS, Result
 from eosflow.kafka_admin import admin
 from eosflow.ledger.migrate import migrate
 from eosflow.settings import Settings
@@ -60,6 +60,7 @@ class _Context:
     workload: load.Workload
     work_dir: Path
     log: Log
+    one_record_loaded: bool = False  # the 1-record topic both fixed-overhead runs read
 
     def result(self, measurement: str, measured: Measured, records: int, seconds: float, timed: str, **kw):
         return Result(
@@ -129,10 +130,11 @@ def _eosflow(
     topic: str | None = None,
     records: int = 0,
     sink: dict | None = None,
+    env: dict[str, str] | None = None,
 ) -> Result:
     topic = topic or ctx.workload.topic
     records = records or ctx.workload.records
-    pipeline = f"bench_{measurement}_{ctx.cell.name}"
+    pipeline = f"bench_{measurement.replace('-', '_')}_{ctx.cell.name}"
     config = eosflow_run.write_pipelines_file(
         ctx.work_dir / f"{pipeline}.pipelines.yml", pipeline, topic, ctx.table(measurement), records, sink
     )
@@ -141,7 +143,7 @@ def _eosflow(
         eosflow_run.ingest_cmd(pipeline),
         ctx.log_path(measurement),
         ctx.log,
-        env=eosflow_run.ingest_env(config),
+        env=eosflow_run.ingest_env(config) | (env or {}),
     )
     summary = eosflow_run.parse_summary(measured.stdout)
     if summary.outcome not in eosflow_run.OUTCOME_OK:
@@ -178,9 +180,24 @@ def _iceberg(ctx: _Context) -> Result:
 
 
 def _overhead(ctx: _Context) -> Result:
+    """A 1-record run as it runs by default: small enough to skip Spark (eosflow.sources.kafka.inline)."""
+    return _eosflow(ctx, "overhead", _one_record_topic(ctx), 1)
+
+
+def _overhead_spark(ctx: _Context) -> Result:
+    """The same 1-record run through Spark: what a run past EOSFLOW_INLINE_MAX_OFFSETS pays to start."""
+    env = {"EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+    return _eosflow(ctx, "overhead-spark", _one_record_topic(ctx), 1, env=env)
+
+
+def _one_record_topic(ctx: _Context) -> str:
     topic = f"{ctx.cell.topic}.one"
-    load.load_topic(ctx.settings, topic, ctx.cell.partitions, 1, ctx.cell.seed + 1, None, log=lambda m: None)
-    return _eosflow(ctx, "overhead", topic, 1)
+    if not ctx.one_record_loaded:
+        load.load_topic(
+            ctx.settings, topic, ctx.cell.partitions, 1, ctx.cell.seed + 1, None, log=lambda m: None
+        )
+        ctx.one_record_loaded = True
+    return topic
 
 
 def _handwritten(ctx: _Context) -> Result:
@@ -259,6 +276,7 @@ RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "eosflow": _eosflow,
     "iceberg": _iceberg,
     "overhead": _overhead,
+    "overhead-spark": _overhead_spark,
     "handwritten": _handwritten,
     "competent": _competent,
     "streaming": _streaming,
@@ -298,7 +316,7 @@ def run_cell(
                 outcome.problems.append(f"{measurement}: {exc}")
                 log(f"[{i}/{len(selected)}] {measurement} FAILED: {exc}")
                 continue
-            if measurement in WRITERS or measurement == "overhead":
+            if measurement in WRITERS or measurement in OVERHEADS:
                 _check_table(conn, ctx, result, keep, outcome)
             elif result.records != cell.records:
                 outcome.problems.append(f"{measurement}: read {result.records:,} of {cell.records:,} records")
@@ -318,7 +336,7 @@ def run_cell(
 
 def _check_table(conn, ctx: _Context, result: Result, keep: bool, outcome: CellOutcome) -> None:
     table = ctx.table(result.measurement)
-    expected = 1 if result.measurement == "overhead" else ctx.cell.records
+    expected = 1 if result.measurement in OVERHEADS else ctx.cell.records
     if not targets.exists(conn, table):
         outcome.problems.append(f"{result.measurement}: its table {table} does not exist")
         return

@@ -237,14 +237,20 @@ def _checked_read(
 ):
     """Steps 2 and 3 for every sink: each Spark task reads its planned range and checks it; the caller's
     sink writes it inside this block, which times it as `phase` and turns the tasks' errors into ours."""
+    from eosflow.sources.kafka.inline import InlineRead, reads_inline
     from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
-    from eosflow.sources.kafka.read import PlannedRead
-    from eosflow.spark.session import get_spark
     from eosflow.spark.worker_errors import raised_in_workers
     from eosflow.transform import transform
 
-    with timer("spark start"):
-        spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+    if reads_inline(plan, settings.inline_max_offsets):
+        source = InlineRead(settings.kafka, plan)
+    else:
+        from eosflow.sources.kafka.read import PlannedRead
+        from eosflow.spark.session import get_spark
+
+        with timer("spark start"):
+            spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+        source = PlannedRead(spark, settings.kafka, plan)
     fault_point("before_read")
     with (
         timer(phase),
@@ -257,7 +263,7 @@ def _checked_read(
         ),
     ):
         yield transform(
-            PlannedRead(spark, settings.kafka, plan),
+            source,
             pipeline=pipeline.name,
             batch_id=plan.batch_id,
             transform_version=pipeline.transform_version,

@@ -3,8 +3,10 @@
 Each micro-batch is an ordinary batch (`job.run`) with a run id of its own, `stream__<start>_<n>`: planned
 from the ledger's positions, read read_committed, checked, staged and committed, or produced with its
 offsets for a Kafka sink, exactly as a scheduled run. Only the SparkSession outlives a batch (get_spark
-returns the active one). There is no checkpoint directory: the ledger is the only position, so a stream
-restarted after a crash, a batch run, a backfill or a replay all plan from the same place.
+returns the active one); a batch small enough to read without Spark (most of a stream's, once it has
+caught up: eosflow.sources.kafka.inline) runs in this process and leaves the session idle. There is no
+checkpoint directory: the ledger is the only position, so a stream restarted after a crash, a batch run,
+a backfill or a replay all plan from the same place.
 
 A batch fenced by another run that committed first (a scheduled run, a backfill chunk) is abandoned, as
 a fenced batch run is, and the next batch re-plans from the positions that run left. An idle trigger
