@@ -212,3 +212,17 @@ def test_a_check_shipped_to_a_spark_worker_still_tells_bad_values_from_good_ones
         found, values = shipped(json.dumps({**GOOD, **changes}).encode())
         assert values is None and found.startswith(error), found
     assert shipped(json.dumps(GOOD).encode())[0] is None
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_deeply_nested_member_with_an_escape_gets_a_verdict_not_an_exception(compiled):
+    """json reads a document nested hundreds deep; the lone-surrogate walk after it recursed, and raised
+    RecursionError out of the check (a failed task, a stuck pipeline) once an escape was in the text."""
+    check = RecordCheck(SCHEMA, 1 << 20, compiled=compiled)
+    deep = "[" * 900 + '"\\u00e9"' + "]" * 900
+    good = json.dumps(GOOD)[:-1] + f', "extra": {deep}}}'
+    error, typed = check.check_value(good.encode())
+    assert error is None and typed is not None
+    lone = "[" * 900 + '"\\ud800"' + "]" * 900  # a lone surrogate that deep is still found
+    error, typed = check.check_value((json.dumps(GOOD)[:-1] + f', "extra": {lone}}}').encode())
+    assert error is not None and error.startswith("not JSON") and typed is None

@@ -59,17 +59,23 @@ _DECODERS = {
 
 
 def _all_unicode(node: object) -> bool:
-    """False if a string anywhere in the document holds a lone surrogate (from a \\ud800 escape)."""
-    if type(node) is str:
-        try:
-            node.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    if type(node) is dict:
-        return all(_all_unicode(k) and _all_unicode(v) for k, v in node.items())
-    if type(node) is list:
-        return all(_all_unicode(v) for v in node)
+    """False if a string anywhere in the document holds a lone surrogate (from a \\ud800 escape).
+
+    A walk with its own stack: json reads documents nested deeper than a recursive walk may go."""
+    pending = [node]
+    while pending:
+        node = pending.pop()
+        t = type(node)
+        if t is str:
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif t is dict:
+            pending.extend(node.keys())
+            pending.extend(node.values())
+        elif t is list:
+            pending.extend(node)
     return True
 
 
