@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eosflow.produce import events
+from eosflow.schema import compiled
 from eosflow.schema.compiled import MAX_DEPTH
 from eosflow.schema.declaration import Column, RecordSchema, parse_schema
 from eosflow.schema.record import RecordCheck
@@ -210,19 +212,40 @@ def test_a_valid_orders_record_takes_the_fast_path():
     assert check.fallbacks == 1  # a rejected record is: its reason is the Python check's
 
 
-def test_a_topic_whose_records_carry_undeclared_fields_stops_trying_the_fast_path():
-    # Fields beyond the declared ones leave a record to the Python check (the duplicate-key count needs
-    # every member); a check that keeps trying would pay for both paths on every record of such a topic.
+def _with_undeclared(value: bytes, members: bytes) -> bytes:
+    """A record with `members` (JSON text) added after its last one."""
+    assert value.endswith(b"}")
+    return value[:-1] + b"," + members + b"}"
+
+
+def test_a_topic_whose_records_carry_undeclared_fields_takes_the_fast_path():
+    # Fields beyond the declared ones are skipped by the Struct and counted in a whole decode of the
+    # document: such a record is answered by the fast path, and the give-up rule never triggers.
     check = RecordCheck(orders.SCHEMA, 65_536, give_up_after=100)
     python = RecordCheck(orders.SCHEMA, 65_536, compiled=False)
-    undeclared = {"note": "not declared"}
+    undeclared = {"note": "not declared", "discount": 12.5, "meta": {"ip": "10.0.0.1", "tags": ["a", "b:c"]}}
     extra = [json.dumps(json.loads(e.value) | undeclared).encode() for e in events.generate(7, 300)]
     assert [check(v) for v in extra] == [python(v) for v in extra]
     assert all(check(v)[0] is None for v in extra)
+    assert check.fallbacks == 0  # not one left to the Python check
+    duplicated = [_with_undeclared(v, b'"meta":{"a":1,"a":2}') for v in extra[:10]]
+    assert all(check(v) == python(v) == ("not JSON", None) for v in duplicated)
+    assert check.fallbacks == 10
+
+
+def test_a_topic_whose_records_the_fast_path_leaves_to_python_stops_trying_it():
+    # A record the fast path leaves to the Python check (here a valid one: an undeclared 1e400 json reads as
+    # an infinity, msgspec refuses) costs both paths; a check that keeps trying would pay for both on every
+    # record of such a topic.
+    check = RecordCheck(orders.SCHEMA, 65_536, give_up_after=100)
+    python = RecordCheck(orders.SCHEMA, 65_536, compiled=False)
+    left = [_with_undeclared(e.value, b'"reading":1e400') for e in events.generate(7, 300)]
+    assert [check(v) for v in left] == [python(v) for v in left]
+    assert all(check(v)[0] is None for v in left)
     assert check.fallbacks == 100  # tried on the first 100, then left alone: same verdicts, one path
     mixed = RecordCheck(orders.SCHEMA, 65_536, give_up_after=100)
     for i, e in enumerate(events.generate(8, 300)):
-        mixed(extra[i] if i % 3 == 0 else e.value)
+        mixed(left[i] if i % 3 == 0 else e.value)
     assert mixed.fallbacks == 100  # a third left to Python: the fast path keeps its two thirds
 
 
@@ -354,6 +377,197 @@ def test_the_traps_get_the_same_answers(name, value):
     assert_same(name, value)
 
 
+# --- Undeclared members ----------------------------------------------------------------------------
+#
+# Members beyond the declared ones, as JSON text, put first, in the middle and last among a valid record's
+# members. The expectation is the Python check's verdict, and FAST: valid, answered by the fast path itself.
+
+FAST, VALID = "fast", "valid"
+_DEEP = MAX_DEPTH - 1  # containers inside a top-level member that the fast path still walks
+
+
+def _nested(depth: int, leaf: bytes, objects: bool) -> bytes:
+    """`leaf` inside `depth` containers: objects (each {"a": ...}) or arrays."""
+    if objects:
+        return b'{"a":' * depth + leaf + b"}" * depth
+    return b"[" * depth + leaf + b"]" * depth
+
+
+_UNDECLARED: list[tuple[bytes, str | None]] = [
+    # Flat, and the number forms json reads.
+    (b'"note":"not declared"', FAST),
+    (b'"discount":12.5,"count":-7,"big":123456789012345678901234567890', FAST),
+    (b'"z":-0.0e-5,"e":1E+2,"yes":true,"no":false,"nil":null', FAST),
+    (b'"":"","empty":{},"none":[]', FAST),
+    (b'"f0":1,"f1":"named as a field of the Struct, not as a key"', FAST),
+    (b'"huge":' + b"9" * 4300, FAST),
+    (b'"huge":' + b"9" * 4301, "not JSON"),  # past Python's 4300 digits
+    (b'"reading":1e400', VALID),  # json: an infinity; msgspec refuses, so the Python check answers
+    # Nested objects and arrays, keys repeated in different objects, declared names one level down.
+    (b'"meta":{"ip":"10.0.0.1","retries":2,"ab":{"bucket":"b","on":true}}', FAST),
+    (b'"arr":[1,"two",[3,{"four":4}],{},[],[[]]]', FAST),
+    (b'"o":{"a":{"b":{"c":[{"d":null,"e":["f"]}]}}}', FAST),
+    (b'"o":{"a":1},"p":{"a":1},"q":[{"a":1},{"a":1}]', FAST),
+    (b'"inner":{"id":"x","name":"y","amount":1,"event_id":"z","t":"a","click_id":"c"}', FAST),
+    # Duplicates inside undeclared members, at every depth, of every kind of value.
+    (b'"note":1,"note":2', "not JSON"),
+    (b'"note":"same","note":"same"', "not JSON"),
+    (b'"m":{},"m":{}', "not JSON"),
+    (b'"m":[],"m":[]', "not JSON"),
+    (b'"m":null,"m":null', "not JSON"),
+    (b'"meta":{"a":1,"a":2}', "not JSON"),
+    (b'"meta":{"x":{"a":"1","a":"1"}}', "not JSON"),
+    (b'"meta":[[{"k":[{"a":1,"b":2,"a":3}]}]]', "not JSON"),
+    (b'"meta":{"a:":1,"a:":1}', "not JSON"),
+    (b'"meta":{"a":{},"b":[],"a":{}}', "not JSON"),
+    (b'"deep":' + _nested(_DEEP - 1, b'{"a":1,"a":1}', True), "not JSON"),
+    (b'"deep":' + _nested(_DEEP - 1, b'{"a":1,"a":1}', False), "not JSON"),
+    # ... spelled with escapes: the same key once decoded.
+    (b'"meta":{"\\u0061":1,"a":1}', "not JSON"),
+    (b'"x\\u003ay":1,"x:y":2', "not JSON"),
+    (b'"x\\u003Ay":"\\u003a","x:y":":"', "not JSON"),
+    (b'"meta":{"q\\"":"\\"","q\\"":"\\""}', "not JSON"),
+    (b'"n\\/":1,"n/":1', "not JSON"),
+    # Escaped quotes, colons and backslashes inside undeclared strings and keys.
+    (b'"q":"say \\"hi\\": a:b"', FAST),
+    (b'"q":"\\u003a\\u003A:"', FAST),
+    (b'"q":"\\\\u003a"', VALID),  # an escaped backslash before u003a: counted as an escape, left to Python
+    (b'"q\\"k":"v","k:\\"":{"\\"":":"}', FAST),
+    (b'"uni":"\\ud83d\\ude00 \\u00e9 \\n\\t\\/\\b\\f\\r\\\\ \\""', FAST),
+    (b'"x":"\\u0000","x\\u0000":"\x7f"', FAST),  # a NUL is no concern of an undeclared member
+    # Deep nesting inside an undeclared member: the fast path walks up to MAX_DEPTH, json further.
+    (b'"deep":' + _nested(_DEEP, b"1", False), FAST),
+    (b'"deep":' + _nested(_DEEP, b'"s"', True), FAST),
+    (b'"deep":' + _nested(MAX_DEPTH, b"1", False), VALID),
+    (b'"deep":' + _nested(MAX_DEPTH, b"1", True), VALID),
+    (b'"deep":' + _nested(5_000, b"1", False), None),  # past the interpreter's recursion limit
+    (b'"deep":' + _nested(100_000, b"", True), None),
+    # Non-ASCII, and invalid UTF-8 (a cut sequence, an encoded surrogate, an overlong form, a stray byte).
+    ('"name_é":"ünïcödé 😀 \u2028"'.encode(), FAST),
+    (b'"bad":"\xc3"', "not UTF-8"),
+    (b'"bad":"\xed\xa0\x80"', "not UTF-8"),
+    (b'"bad":"\xf0\x9f\x98"', "not UTF-8"),
+    (b'"bad":"\xc0\xaf"', "not UTF-8"),
+    (b'"b\xffad":1', "not UTF-8"),
+    # Lone surrogates, in values and keys.
+    (b'"x":"\\ud800"', "not JSON"),
+    (b'"x":"\\udc00\\ud800"', "not JSON"),
+    (b'"x\\ud800":1', "not JSON"),
+    (b'"x":["\\ud800\\u0041"]', "not JSON"),
+    (b'"x":{"k":"\\uDBFF"}', "not JSON"),
+    # Malformed.
+    *((b'"x":' + bad, "not JSON") for bad in (b"NaN", b"Infinity", b"-Infinity", b"[1,]", b'{"a":1,}')),
+    *((b'"x":' + bad, "not JSON") for bad in (b"01", b'"\\q"', b'"\x01"', b"tru", b"1.", b".5", b"+1")),
+    *((b'"x":' + bad, "not JSON") for bad in (b"[1 2]", b'{"a" 1}', b"{1:2}", b'"\\u12"', b"[", b"}")),
+]
+_BASES = {
+    "orders": json.loads(test_checks.value()),
+    "clicks": CLICK,
+    "every": _every_good(),
+    "exact": {"amount": 12.5, "score": 0.5, "doc": {"k": [1, "v"]}, "label": "l:1"},
+    "plain": {"id": UUID_A, "name": "n", "flag": True, "tags": ["a", "b"]},
+    "odd": {"id": UUID_A},
+}
+
+
+def _undeclared_corpus(name: str) -> Iterable[tuple[bytes, str | None]]:
+    """A valid record of the declaration with each of _UNDECLARED first, in the middle and last; and
+    with a declared member repeated, as written and escaped."""
+    base = _BASES[name]
+    members = [json.dumps(k).encode() + b":" + json.dumps(v).encode() for k, v in base.items()]
+    key, value = next(iter(base.items()))
+    twins = [
+        json.dumps(key).encode() + b":" + json.dumps(value).encode(),
+        b'"\\u%04x' % ord(key[0]) + json.dumps(key)[2:].encode() + b":" + json.dumps(value).encode(),
+    ]
+    # The key ODD's Struct cannot name a field after: the Python check reads it.
+    odd = (b'"odd key:\\"x\\"":"odd"', VALID if name == "odd" else FAST)
+    extras = [*_UNDECLARED, odd, *((twin, "not JSON") for twin in twins)]
+    for extra, expected in extras:
+        for at, glue in ((0, b","), (len(members) // 2, b", "), (len(members), b",\n ")):
+            yield b"{" + glue.join([*members[:at], extra, *members[at:]]) + b"}", expected
+    yield b"{" + b",".join([*members, b'"note":1']) + b"} {}", "not JSON"  # trailing data
+    # json and msgspec each refuse nesting past the interpreter's recursion limit, less the frames of
+    # their callers: around it, a few levels json refuses and msgspec does not, wherever the check runs.
+    for depth in range(850, 1_000):
+        yield b"{" + b",".join([*members, b'"deep":' + _nested(depth, b"1", False)]) + b"}", None
+    yield b"{" + b",".join([*members, b'"note":1']) + b"}\r\n\t ", FAST
+
+
+@pytest.mark.parametrize("name", list(_BASES))
+def test_records_with_undeclared_members_get_the_same_answers(name):
+    fast, _ = CHECKS[name, 1_000_000]
+    for value, expected in _undeclared_corpus(name):
+        before = fast.fallbacks
+        error, _ = assert_same(name, value)
+        if expected == FAST:
+            assert error is None and fast.fallbacks == before, (name, value)
+        elif expected is not None:
+            assert (error or VALID) == expected, (name, value)
+
+
+def _disagreements(check: RecordCheck, name: str) -> list[bytes]:
+    """The records of the undeclared corpus on which `check` and the Python check differ."""
+    _, python = CHECKS[name, 1_000_000]
+    return [v for v, _ in _undeclared_corpus(name) if repr(check(v)) != repr(python(v))]
+
+
+def _trusting(decoder, unnamed):
+    # Broken: msgspec decoded the document, so its count is taken as right (duplicates are last-wins).
+    def whole(value: bytes) -> int:
+        try:
+            decoder.decode_any(value)
+        except Exception:
+            return -1
+        escapes = value.count(b"\\u003a") + value.count(b"\\u003A") if b"\\" in value else 0
+        return value.count(b":") + escapes
+
+    return whole
+
+
+_WHOLE_COUNT = compiled.whole_count
+
+
+def _forgetful(decoder, unnamed):
+    # Broken: a key no Struct field is named after is not looked for; its column stays NULL.
+    return _WHOLE_COUNT(decoder, ())
+
+
+def _unwalked(decoder, unnamed):
+    # Broken: the document's depth is left to msgspec's own recursion guard, a few levels above json's.
+    def whole(value: bytes) -> int:
+        try:
+            doc = decoder.decode_any(value)
+        except Exception:
+            return -1
+        return -1 if any(key in doc for key in unnamed) else decoder.encode(doc).count(b":")
+
+    return whole
+
+
+@pytest.mark.parametrize(
+    ("name", "whole_count"),
+    [
+        ("plain", _trusting),  # without escapes: the quote count
+        ("every", _trusting),  # with escapes: the colon count
+        ("orders", _trusting),
+        ("odd", _forgetful),
+        ("plain", _unwalked),
+    ],
+)
+def test_a_broken_fast_path_for_undeclared_members_is_caught(monkeypatch, name, whole_count):
+    # The differential corpus is only worth its records if it tells a wrong second step from the right one.
+    monkeypatch.setattr(compiled, "whole_count", whole_count)
+    broken = RecordCheck(DECLARATIONS[name], 1_000_000, give_up_after=None)
+    assert broken.compiled
+    wrong = _disagreements(broken, name)
+    assert wrong, name
+    # What it gets wrong is what it was broken in: a record it accepts that the Python check refuses or
+    # types otherwise.
+    _, python = CHECKS[name, 1_000_000]
+    assert all(broken(v)[0] is None for v in wrong)
+
+
 @pytest.mark.parametrize(
     "column",
     [
@@ -372,13 +586,16 @@ def test_a_check_shipped_to_a_spark_worker_keeps_its_fast_path():
     shipped = cloudpickle.loads(cloudpickle.dumps(RecordCheck(orders.SCHEMA, 4096)))
     assert shipped.compiled
     assert shipped(test_checks.value())[0] is None and shipped.fallbacks == 0
+    assert shipped(_with_undeclared(test_checks.value(), b'"note":{"a":[1]}'))[0] is None
+    assert shipped.fallbacks == 0  # the second step (the whole decode) shipped too
     assert shipped(test_checks.value(currency="eur"))[0].startswith("invalid value: currency")
 
 
 # --- Hypothesis: documents built from a declaration's columns ---------------------------------------
 #
 # A document is built as a tree: most columns get a valid value at their path, a few ("wild") get an
-# edge value, a wrong type, null or nothing; extra fields now and then. It is then written out with
+# edge value, a wrong type, null or nothing; most documents get undeclared members too (any JSON value,
+# now and then one nested about MAX_DEPTH deep). It is then written out with
 # the liberties JSON allows (whitespace, escapes, number spellings) and, in some documents, ones it
 # does not (duplicate keys, lone surrogates, a byte changed); some values are random bytes.
 
@@ -563,10 +780,23 @@ def _tree(draw: st.DrawFn, schema: RecordSchema) -> Obj:
         else:
             value = draw(_valid(column))
         _put(root, column.path, value, filler)
-    if _one_in(draw, 8):
-        for key in draw(st.lists(_TEXTS, min_size=1, max_size=2)):
-            root.setdefault(key, draw(_ANY))
+    if not _one_in(draw, 3):
+        for key in draw(st.lists(_UNDECLARED_KEYS, min_size=1, max_size=3)):
+            root.setdefault(key, draw(st.one_of(_ANY, _ANY, _ANY, _DEEP_VALUES)))
     return _members(root)
+
+
+_UNDECLARED_KEYS = st.one_of(_TEXTS, st.sampled_from(["note", "meta", "f0", "x:y", 'q"k', "a\\b", "é", ""]))
+
+
+def _deep(depth: int, leaf: object, objects: bool) -> object:
+    for _ in range(depth):
+        leaf = Obj([("a", leaf)]) if objects else [leaf]
+    return leaf
+
+
+# A member's value nested inside `depth` containers: with the document, depth + 1.
+_DEEP_VALUES = st.builds(_deep, st.integers(MAX_DEPTH - 2, MAX_DEPTH + 1), _SCALARS, st.booleans())
 
 
 def _members(node: object) -> object:
@@ -652,7 +882,8 @@ def _value(draw: st.DrawFn, schema: RecordSchema) -> bytes:
 def test_hypothesis_documents_get_the_same_answers(name):
     fast, _ = CHECKS[name, 1_000_000]
     outcomes: set[str] = set()
-    accepted = [0]  # valid records the fast path answered itself
+    accepted = [0, 0]  # valid records the fast path answered itself; of them, with undeclared members
+    declared = {c.path[0] for c in DECLARATIONS[name].columns}
 
     @settings(
         max_examples=400,
@@ -665,10 +896,29 @@ def test_hypothesis_documents_get_the_same_answers(name):
         before = fast.fallbacks
         error, _ = assert_same(name, value)
         outcomes.add(error.split(":")[0] if error else "valid")
-        accepted[0] += error is None and fast.fallbacks == before
+        if error is None and fast.fallbacks == before:
+            accepted[0] += 1
+            accepted[1] += not declared.issuperset(json.loads(value))
 
     run()
     # The generator is only worth its runs if they reach valid records the fast path accepts, and
     # rejections of each kind.
-    assert accepted[0] > 0, name
+    assert accepted[0] > 0 and accepted[1] > 0, (name, accepted)
     assert {"valid", "not JSON", "missing field", "mistyped field"} <= outcomes, outcomes
+
+
+def _plain(node: object) -> object:
+    if isinstance(node, Obj):
+        return {k: _plain(v) for k, v in node}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return float(node) if isinstance(node, Num) else node
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(_UNDECLARED_KEYS, _ANY), max_size=4).map(Obj))
+def test_the_second_step_counts_in_c_what_the_walk_counts(tree):
+    # msgspec writes a ':' after each key and escapes none in a string: its output's colons are the
+    # members and the strings' colons, as `colons_in` walks them.
+    doc = _plain(tree)
+    assert msgspec.json.encode(doc).count(b":") == compiled.colons_in(doc, 0)

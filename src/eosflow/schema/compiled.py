@@ -27,19 +27,47 @@ What json refuses, msgspec refuses too, or the generated function does: malforme
 infinities, trailing data, a document that is not an object, lone surrogates (msgspec refuses a
 ``\\ud800`` escape without its pair), invalid UTF-8 (any non-ASCII value goes through Python's
 strict codec first, as in the Python check), integers past Python's 4300 digits, nesting deeper
-than `MAX_DEPTH`. Fields beyond the declared ones (``forbid_unknown_fields``) leave a record to the
-Python check, which allows them; so does a key no Struct field can be named after (one holding '"',
-'\\' or a control character), whose columns are otherwise NULL (a required one, or a path starting
-with an index, ``$[0]``, leaves the whole declaration to the Python check).
+than `MAX_DEPTH`. A key no Struct field can be named after (one holding '"', '\\' or a control
+character) leaves a record holding it to the Python check; its columns are otherwise NULL (a
+required one, or a path starting with an index, ``$[0]``, leaves the whole declaration to the
+Python check).
+
+Members beyond the declared ones (producers add fields) are no Struct fields: the Struct's decoder
+skips their values, building nothing, with the grammar its decoding uses (msgspec's ``json_skip``:
+strings with every escape checked, surrogate pairs included, numbers, literals, objects and arrays
+under the same recursion guard), so a skipped value ends where a decoded one would, and no declared
+member is ever read from inside one. What the Struct does not see, the duplicate count's second
+step below decodes and counts.
 
 Duplicate keys: msgspec keeps the last value silently (its issue #648), so the fast path counts
 what the document holds against what was decoded. Without a backslash a value holds no escape, so
-every '"' delimits a string: ``value.count(b'"')`` is twice (members + string values), and equals
-twice the decoded ones' count exactly when no member was lost to a duplicate. With a backslash,
-every ':' outside a string separates a member: ``value.count(b":")`` plus the ``\\u003a`` escapes is
-at least (members + colons in the decoded strings), and equal to it exactly when none was lost.
-The decoded side is the Struct's present fields and strings, and a walk of the ``Any`` values. A
-record whose counts differ goes to the Python check, which names a duplicate "not JSON".
+every '"' delimits a string: ``value.count(b'"')`` is twice the document's strings (keys included).
+With a backslash, every ':' outside a string separates a member, and every ':' of a decoded string
+is a ':' or a ``\\u003a`` escape in the text: ``value.count(b":")`` plus the ``\\u003a`` escapes is
+at least the members plus the colons of the strings (keys included), and equal to it unless an
+escaped backslash precedes a ``u003a`` (such a record goes to the Python check, which is only
+slower). On the decoded side, a value holds no more strings, members or colons than its text (its
+own duplicates only lose some), and a member lost to a duplicate takes at least its key (one string,
+one ':') with it: so the counts are equal exactly when every member was decoded and none was lost.
+Two steps, both exact in this sense:
+
+1. The Struct's present fields and strings, and a walk of its ``Any`` values. Each undeclared
+   member is at least a key and a ':' the Struct did not decode, so equal counts mean the
+   document's members are all declared ones and none was lost: the record is answered.
+2. Otherwise (undeclared members, or a duplicate), the whole document decoded again as generic
+   objects (``msgspec.json.Decoder()``, in C; keys unescaped, as the Struct matches them) and its
+   colons counted: the text's (as above; without a backslash, exactly its members and the colons
+   of its strings) against the decoded document's, which are those of its re-encoding
+   (``msgspec.json.Encoder``, in C: it writes one ':' after each key and never escapes one in a
+   string, so ``encode(doc).count(b":")`` is what `colons_in` walks, a test holds the two equal).
+   Equal counts mean no member anywhere was lost, so each declared key is one member and the
+   Struct's value is its value. A document with more than MAX_DEPTH '{' and '[' (in strings too)
+   is walked by `colons_in` instead, which refuses nesting past MAX_DEPTH. Being a full decode, it
+   also refuses what a skip checks only as grammar: an integer past Python's 4300 digits (json
+   refuses it too), 1e400 (msgspec's own float parsing, no hook; json reads an infinity). A
+   refusal, or a key no field is named after, leaves the record to the Python check.
+
+A record whose counts differ goes to the Python check, which names a duplicate "not JSON".
 """
 
 from __future__ import annotations
@@ -76,11 +104,25 @@ def strings_in(node: Any, depth: int) -> int:
     if t is dict:
         if depth >= MAX_DEPTH:
             raise _TooDeep
-        return len(node) + sum(strings_in(v, depth + 1) for v in node.values() if type(v) in _HEAVY)
+        n = len(node)
+        for v in node.values():
+            t = type(v)
+            if t is str:
+                n += 1
+            elif t is dict or t is list:
+                n += strings_in(v, depth + 1)
+        return n
     if t is list:
         if depth >= MAX_DEPTH:
             raise _TooDeep
-        return sum(strings_in(v, depth + 1) for v in node if type(v) in _HEAVY)
+        n = 0
+        for v in node:
+            t = type(v)
+            if t is str:
+                n += 1
+            elif t is dict or t is list:
+                n += strings_in(v, depth + 1)
+        return n
     return 0
 
 
@@ -92,14 +134,49 @@ def colons_in(node: Any, depth: int) -> int:
     if t is dict:
         if depth >= MAX_DEPTH:
             raise _TooDeep
-        return sum(
-            1 + k.count(":") + (colons_in(v, depth + 1) if type(v) in _HEAVY else 0) for k, v in node.items()
-        )
+        n = len(node)
+        for k, v in node.items():
+            n += k.count(":")
+            t = type(v)
+            if t is str:
+                n += v.count(":")
+            elif t is dict or t is list:
+                n += colons_in(v, depth + 1)
+        return n
     if t is list:
         if depth >= MAX_DEPTH:
             raise _TooDeep
-        return sum(colons_in(v, depth + 1) for v in node if type(v) in _HEAVY)
+        n = 0
+        for v in node:
+            t = type(v)
+            if t is str:
+                n += v.count(":")
+            elif t is dict or t is list:
+                n += colons_in(v, depth + 1)
+        return n
     return 0
+
+
+def whole_count(decoder: StructDecoder, unnamed: tuple[str, ...]) -> Callable[[bytes], int]:
+    """The second step, for a record whose members are not all Struct fields: the members of the
+    document decoded whole (generic objects, in C) and the ':' characters in its strings, keys
+    included; -1 if msgspec refuses it or it holds a key no Struct field is named after. _TooDeep
+    past MAX_DEPTH. (It holds the StructDecoder, which pickles, rather than its decoders.)"""
+
+    def whole(value: bytes) -> int:
+        try:
+            doc = decoder.decode_any(value)
+        except Exception:  # any refusal, RecursionError included: the Python check decides
+            return -1
+        for key in unnamed:
+            if key in doc:
+                return -1
+        if value.count(b"{") + value.count(b"[") > MAX_DEPTH:  # perhaps nested too deep: walked
+            return colons_in(doc, 0)
+        # msgspec writes a ':' after each key and never escapes one in a string: `colons_in`, in C.
+        return decoder.encode(doc).count(b":")
+
+    return whole
 
 
 def all_match(match: Callable[[str], object], values: list[str]) -> bool:
@@ -214,7 +291,7 @@ class StructDecoder:
     """The declaration's Struct and its strict decoder. Pickled as its columns and rebuilt where it
     is loaded: msgspec's types and decoders do not pickle, and Spark ships a check by value."""
 
-    __slots__ = ("columns", "exact_decimals", "decode")
+    __slots__ = ("columns", "exact_decimals", "decode", "decode_any", "encode")
 
     def __init__(self, columns: tuple[Column, ...], exact_decimals: bool) -> None:
         self.columns = columns
@@ -237,13 +314,20 @@ class StructDecoder:
             fields,
             rename={f"f{j}": field.key for j, field in enumerate(plan) if field.named},  # keys as f<j>
             kw_only=True,  # required and optional fields in any order
-            forbid_unknown_fields=True,  # every member is a field: what the duplicate count relies on
+            # Undeclared members are skipped (json_skip: the same grammar, validated, not built); the
+            # duplicate count then sends such a record to the whole decode below.
+            forbid_unknown_fields=False,
             gc=False,  # short-lived, acyclic
         )
         # An untyped (Any) float is read by the very call json's parse_float makes, not by msgspec's own
         # parser: the same double, or the same Decimal, by construction.
         hook = Decimal if exact_decimals else float
         self.decode = msgspec.json.Decoder(struct, strict=True, float_hook=hook).decode
+        # The whole document as generic objects, for the duplicate count only (no value of it is
+        # typed): msgspec's own float parsing, which refuses what json would read as an infinity
+        # (1e400), a refusal that only leaves the record to the Python check.
+        self.decode_any = msgspec.json.Decoder().decode
+        self.encode = msgspec.json.Encoder().encode
 
     def __reduce__(self) -> tuple[type, tuple[tuple[Column, ...], bool]]:
         return StructDecoder, (self.columns, self.exact_decimals)
@@ -263,8 +347,11 @@ def compile_check(
     plan = _plan(columns)
     if plan is None:
         return None
+    decoder = StructDecoder(columns, exact_decimals)
+    unnamed = tuple(f.key for f in plan if not f.named)
     scope: dict[str, object] = {
-        "decoder": StructDecoder(columns, exact_decimals),
+        "decoder": decoder,
+        "whole": whole_count(decoder, unnamed),
         "UNSET": UNSET,
         "BAD": BAD,
         "_TooDeep": _TooDeep,
@@ -300,10 +387,12 @@ def compile_check(
         *(f"        {line}" for line in body),
         "        if value.find(b'\\\\') >= 0:  # escapes: count colons",
         *(f"            {line}" for line in escaped),
-        "            if value.count(b':') + value.count(b'\\\\u003a') + value.count(b'\\\\u003A') != w:",
+        "            c = value.count(b':') + value.count(b'\\\\u003a') + value.count(b'\\\\u003A')",
+        "            if c != w and c != whole(value):  # undeclared members, or a duplicate: step 2",
         "                return None",
-        "        elif value.count(b'\"') != 2 * n:  # none: count strings",
-        "            return None",
+        "        else:  # none: count strings",
+        "            if value.count(b'\"') != 2 * n and value.count(b':') != whole(value):  # step 2",
+        "                return None",
         "    except _TooDeep:",
         "        return None",
         f"    return [{', '.join(f'v{i}' for i in range(len(columns)))}]",
