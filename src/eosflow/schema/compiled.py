@@ -72,7 +72,7 @@ A record whose counts differ goes to the Python check, which names a duplicate "
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -102,28 +102,24 @@ def strings_in(node: Any, depth: int) -> int:
     if t is str:
         return 1
     if t is dict:
-        if depth >= MAX_DEPTH:
-            raise _TooDeep
-        n = len(node)
-        for v in node.values():
-            t = type(v)
-            if t is str:
-                n += 1
-            elif t is dict or t is list:
-                n += strings_in(v, depth + 1)
-        return n
+        return len(node) + _strings_of(node.values(), depth)
     if t is list:
-        if depth >= MAX_DEPTH:
-            raise _TooDeep
-        n = 0
-        for v in node:
-            t = type(v)
-            if t is str:
-                n += 1
-            elif t is dict or t is list:
-                n += strings_in(v, depth + 1)
-        return n
+        return _strings_of(node, depth)
     return 0
+
+
+def _strings_of(values: Iterable[Any], depth: int) -> int:
+    """The strings in a container's values, one level below `depth` (a loop: this runs per record)."""
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    n = 0
+    for v in values:
+        t = type(v)
+        if t is str:
+            n += 1
+        elif t is dict or t is list:
+            n += strings_in(v, depth + 1)
+    return n
 
 
 def colons_in(node: Any, depth: int) -> int:
@@ -132,29 +128,24 @@ def colons_in(node: Any, depth: int) -> int:
     if t is str:
         return node.count(":")
     if t is dict:
-        if depth >= MAX_DEPTH:
-            raise _TooDeep
-        n = len(node)
-        for k, v in node.items():
-            n += k.count(":")
-            t = type(v)
-            if t is str:
-                n += v.count(":")
-            elif t is dict or t is list:
-                n += colons_in(v, depth + 1)
-        return n
+        return len(node) + sum(k.count(":") for k in node) + _colons_of(node.values(), depth)
     if t is list:
-        if depth >= MAX_DEPTH:
-            raise _TooDeep
-        n = 0
-        for v in node:
-            t = type(v)
-            if t is str:
-                n += v.count(":")
-            elif t is dict or t is list:
-                n += colons_in(v, depth + 1)
-        return n
+        return _colons_of(node, depth)
     return 0
+
+
+def _colons_of(values: Iterable[Any], depth: int) -> int:
+    """The ':' characters in a container's values, one level below `depth`."""
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    n = 0
+    for v in values:
+        t = type(v)
+        if t is str:
+            n += v.count(":")
+        elif t is dict or t is list:
+            n += colons_in(v, depth + 1)
+    return n
 
 
 def whole_count(decoder: StructDecoder, unnamed: tuple[str, ...]) -> Callable[[bytes], int]:
