@@ -325,7 +325,8 @@ def spark_ddl(columns: list[tuple[str, pa.DataType]]) -> str:
 
 class RecordSource(Protocol):
     """Where a check's records come from: a function run in Spark's tasks over their Arrow batches of
-    RECORD_COLUMNS (eosflow.sources.kafka.read.PlannedRead reads the planned ranges; the class-data
+    RECORD_COLUMNS (eosflow.sources.kafka.read.PlannedRead reads the planned ranges, and
+    eosflow.sources.kafka.inline.InlineRead a small plan's, in the run's own process; the class-data
     sharing training and the tests hand over batches already in memory, eosflow.sources.batches)."""
 
     def map(

@@ -235,8 +235,9 @@ def _checked_read(
     timer: _Timer,
     phase: str,
 ):
-    """Steps 2 and 3 for every sink: each Spark task reads its planned range and checks it; the caller's
-    sink writes it inside this block, which times it as `phase` and turns the tasks' errors into ours."""
+    """Steps 2 and 3 for every sink: each task reads its planned range and checks it, in Spark or, for a
+    small plan, in this process (eosflow.sources.kafka.inline); the caller's sink writes it inside this
+    block, which times it as `phase` and turns the tasks' errors into ours."""
     from eosflow.sources.kafka.inline import InlineRead, reads_inline
     from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
     from eosflow.spark.worker_errors import raised_in_workers
