@@ -156,7 +156,8 @@ def _eosflow(
         measured,
         summary.written,
         measured.wall_s,
-        "the `eosflow ingest` process, start to exit (plan to commit, Spark start included)",
+        "the `eosflow ingest` process, start to exit (plan to commit; Spark's start too when the plan is "
+        "past EOSFLOW_INLINE_MAX_OFFSETS)",
         detail=detail,
     )
 
