@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -58,11 +58,23 @@ def test_a_record_is_json_with_exact_numbers_and_zoned_instants():
     assert json.loads(text) == {
         "id": "a",
         "amount": 12.5,
-        "at": "2026-01-02T03:04:05.000006+00:00",
+        "at": "2026-01-02T03:04:05.000006Z",
         "day": "2026-01-02",
         "tags": [1, 2],
         "doc": {"x": 1},
     }
+
+
+def test_an_instant_keeps_its_zone_and_jsonb_its_exact_digits():
+    names = ["at", "doc"]
+    typed = [
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-5, minutes=-30))),
+        {"n": Decimal("0.10000000000000000001"), "big": 2**70, "s": "é\u2028"},
+    ]
+    text = json_value(names, typed).decode()
+    assert '"at":"2026-01-02T03:04:05-05:30"' in text
+    assert '"n":0.10000000000000000001' in text and f'"big":{2**70}' in text
+    assert json.loads(text)["doc"]["s"] == "é\u2028"
 
 
 def test_a_key_column_becomes_bytes():

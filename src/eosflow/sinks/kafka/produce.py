@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
 from confluent_kafka import KafkaError, KafkaException
 
 from eosflow.faults import fault_point
@@ -110,10 +111,19 @@ def decide(
     return FENCED, f"{r.topic}[{r.partition}] planned from {planned}, group {group} has {found}"
 
 
+# msgspec writes the typed values in C: instants in RFC 3339 with their zone (UTC as Z), dates as
+# YYYY-MM-DD, Decimals with their exact digits. It took 21 of a 1M run's 43 profiled seconds through
+# the json module. Floats reaching here are finite: JSON has no NaN, and an Avro source writes Avro.
+_JSON = msgspec.json.Encoder(decimal_format="number")
+
+
 def json_value(names: Sequence[str], typed: Sequence[object]) -> bytes:
     """A valid record's declared columns as one JSON object: instants and dates in ISO 8601 (instants
     with their zone), numerics with their exact digits, jsonb as the JSON it holds."""
-    return json_text({n: _plain(v) for n, v in zip(names, typed, strict=True)}).encode()
+    try:
+        return _JSON.encode(dict(zip(names, typed, strict=True)))
+    except (TypeError, ValueError):  # what msgspec cannot write: the json module says why
+        return json_text({n: _plain(v) for n, v in zip(names, typed, strict=True)}).encode()
 
 
 def _plain(value: object) -> object:
