@@ -133,7 +133,7 @@ def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
 
 # The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where
 # they come from and go.
-SCHEMA_SETTINGS = ("format", "key", "columns", "business_key", "transform")
+SCHEMA_SETTINGS = ("format", "key", "columns", "business_key", "transform", "text_pattern")
 
 
 def declaration(path: Path, name: str) -> dict:
@@ -160,6 +160,7 @@ _PIPELINE_KEYS = frozenset(
     {
         "topics",
         "format",
+        "text_pattern",
         "key",
         "columns",
         "business_key",

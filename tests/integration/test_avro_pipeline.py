@@ -18,7 +18,7 @@ from decimal import Decimal
 import fastavro
 import pytest
 
-from eosflow.schema.avro import RegistryConfig, SchemaRegistry, encode
+from eosflow.schema.avro import SchemaRegistry, encode
 from tests.avro_clicks import DECLARATION, WRITER, click
 from tests.integration.test_declared_pipeline import _produce
 
@@ -128,16 +128,8 @@ def test_a_registry_that_cannot_be_reached_stops_the_run_and_writes_nothing(avro
 def test_an_avro_pipeline_without_a_registry_is_refused_before_planning(avro_case):
     done = avro_case.ingest_process(EOSFLOW_SCHEMA_REGISTRY_URL="", EOSFLOW_REGISTRY_PORT="0")
     assert done.returncode == 2
-    assert "reads Avro, and no schema registry is configured" in done.stderr
+    assert "reads avro, and no schema registry is configured" in done.stderr
     assert avro_case.query("select count(*) from eosflow.plans where pipeline = %s", avro_case.name) == [(0,)]
-
-
-@pytest.fixture
-def schema_registry(running_stack) -> RegistryConfig:
-    """The stack's schema registry: Apicurio Registry's Confluent-compatible API (eosflow.stack.registry)."""
-    registry = running_stack.registry
-    assert registry is not None, "the stack runs a schema registry unless EOSFLOW_REGISTRY_PORT=0"
-    return registry
 
 
 def test_an_avro_topic_into_a_kafka_sink_comes_out_as_avro_of_the_declared_columns(

@@ -24,6 +24,7 @@ from eosflow.ledger.ranges import Plan, batch_id_for
 from eosflow.runners.summary import RunSummary
 from eosflow.schema import user_transform
 from eosflow.schema.avro import RegistryAuthenticationError, RegistryConfig, RegistryUnavailableError
+from eosflow.schema.declaration import REGISTRY_FORMATS
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Run
 from eosflow.sources.kafka.offsets import partition_offsets, topic_id
@@ -149,14 +150,14 @@ def execute(
 
 
 def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:
-    """The schema registry an Avro pipeline decodes with; refused before planning when unset."""
-    if pipeline.schema.format != "avro":
+    """The schema registry an Avro or Protobuf pipeline decodes with; refused before planning when unset."""
+    if pipeline.schema.format not in REGISTRY_FORMATS:
         return None
     if settings.registry is None:
         raise pipelines.PipelineConfigError(
-            f"pipeline {pipeline.name!r} reads Avro, and no schema registry is configured: set "
-            "EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (the local stack runs one unless "
-            "EOSFLOW_REGISTRY_PORT is 0)"
+            f"pipeline {pipeline.name!r} reads {pipeline.schema.format}, and no schema registry is "
+            "configured: set EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (the local stack "
+            "runs one unless EOSFLOW_REGISTRY_PORT is 0)"
         )
     return settings.registry
 

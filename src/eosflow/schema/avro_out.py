@@ -27,6 +27,7 @@ _SCALARS: dict[str, object] = {
     "timestamptz": {"type": "long", "logicalType": "timestamp-micros"},
     "date": {"type": "int", "logicalType": "date"},
     "jsonb": "string",  # the JSON text: Avro has no type for any JSON value
+    "bytea": "bytes",
 }
 
 

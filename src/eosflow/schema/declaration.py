@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
 
-FORMATS = ("json", "avro")
+FORMATS = ("json", "avro", "protobuf", "text", "bytes")
+REGISTRY_FORMATS = ("avro", "protobuf")  # their writer schemas come from a schema registry
 KEY_KINDS = ("text", "bytes")  # or a declared scalar type: the key's text read as that type
 # Columns every target has besides the declared ones (eosflow.schema.ddl).
 RESERVED_COLUMNS = frozenset(
@@ -68,6 +69,7 @@ class RecordSchema:
     key_type: ColumnType | None = None
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
+    text_pattern: re.Pattern | None = None  # format: text, parsed into columns by named groups
     # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
     canonical: str = field(default="{}", compare=False)
 
@@ -122,7 +124,10 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
                 f"{where}: column(s) {paths} have a source, but with a transform the function makes every "
                 "column: drop source"
             )
+    text_pattern = _unstructured(fmt, spec, columns, where)
     written = {k: spec.get(k) for k in ("format", "key", "columns", "business_key", "transform")}
+    if text_pattern is not None:  # only where it is set: declarations written before it keep their version
+        written["text_pattern"] = text_pattern.pattern
     return RecordSchema(
         columns=columns,
         format=fmt,
@@ -130,8 +135,57 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
         key_type=key_type,
         business_key=business_key,
         transform=transform,
+        text_pattern=text_pattern,
         canonical=json.dumps(written, sort_keys=True, default=str),
     )
+
+
+def _unstructured(fmt: str, spec: dict, columns: tuple[Column, ...], where: str) -> re.Pattern | None:
+    """`format: text` and `format: bytes`: a value with no fields, so no column has a source. The
+    whole value goes into the one declared column, or (text) `text_pattern`'s named groups into the
+    columns of their names. Returns the compiled pattern."""
+    raw = spec.get("text_pattern")
+    if raw is not None and fmt != "text":
+        raise DeclarationError(f"{where}: text_pattern parses format: text values; this pipeline is {fmt!r}")
+    if fmt not in ("text", "bytes"):
+        return None
+    for c in columns:
+        if c.path != (c.name,):
+            raise DeclarationError(
+                f"{where}: column {c.name!r} has a source, but a {fmt} value has no fields: "
+                + ("name the column as its group in text_pattern" if fmt == "text" else "drop source")
+            )
+        if fmt == "text" and (c.type.is_array or c.type.declared in ("jsonb", "bytea")):
+            raise DeclarationError(
+                f"{where}: column {c.name!r} is {c.type.declared}; a text value fills text, uuid, numbers, "
+                "boolean, timestamptz and date columns (format: json reads JSON documents)"
+            )
+    if fmt == "bytes":
+        if len(columns) != 1 or columns[0].type.declared != "bytea":
+            raise DeclarationError(
+                f"{where}: format: bytes lands each value, byte for byte, in one column of type bytea, "
+                "e.g. columns: [{name: payload, type: bytea, required: true}]"
+            )
+        return None
+    if raw is None:
+        if len(columns) != 1:
+            raise DeclarationError(
+                f"{where}: format: text without text_pattern lands each value in one column; "
+                f"{len(columns)} are declared. Declare one, or a text_pattern with a named group per column"
+            )
+        return None
+    if not isinstance(raw, str):
+        raise DeclarationError(f"{where}: text_pattern must be a regular expression, not {raw!r}")
+    try:
+        pattern = re.compile(raw)
+    except re.error as exc:
+        raise DeclarationError(f"{where}: text_pattern {raw!r} does not compile ({exc})") from None
+    if missing := [c.name for c in columns if c.name not in pattern.groupindex]:
+        raise DeclarationError(
+            f"{where}: column(s) {missing} have no named group in text_pattern {raw!r}; add (?P<name>...) "
+            "for each column"
+        )
+    return pattern
 
 
 def _key(spec: object, where: str) -> tuple[str, ColumnType | None]:

@@ -7,9 +7,14 @@ batches Spark hands a Python task. Checks, in order; the first that fails is the
 2. ``oversized: <n> bytes > <max>``
 3. ``not UTF-8``
 4. ``not JSON`` (malformed, NaN/Infinity, duplicate keys, lone surrogates, trailing content, or
-   not an object); for `format: avro`, 3 and 4 are one check, ``not Avro: <why>`` (no wire-format
-   header, an unknown schema id, a schema that is not Avro or not a record, bytes that do not
-   decode; eosflow.schema.avro), and the decoded record is checked as a JSON object would be
+   not an object). A value in Confluent's wire format (magic byte 0 and a 4-byte schema id, what
+   the JSON Schema serializers write) is read as the JSON after the header; JSON itself never
+   starts with a NUL. For `format: avro`, 3 and 4 are one check, ``not Avro: <why>`` (no
+   wire-format header, an unknown schema id, a schema that is not Avro or not a record, bytes that
+   do not decode; eosflow.schema.avro), and the decoded record is checked as a JSON object would
+   be; `format: protobuf` likewise, ``not Protobuf: <why>`` (eosflow.schema.protobuf); `format:
+   text` is ``not UTF-8`` or ``not matching text_pattern``, and `format: bytes` takes any value
+   (eosflow.schema.text)
 5. ``missing field: <column>`` (a required column absent or JSON null; ``<column> ($.path)`` when
    its source is not the top-level field of its name), across all columns in declared order
 6. ``mistyped field: <column> (expected <type>)``, likewise
@@ -29,15 +34,37 @@ is this module's. The Python check stays the reference the fast path is tested a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from operator import call
 
-from eosflow.schema.avro import AvroDecoder, RegistryConfig
+from eosflow.schema.avro import HEADER_BYTES, AvroDecoder, RegistryConfig
 from eosflow.schema.compiled import compile_check
-from eosflow.schema.declaration import Column, RecordSchema
+from eosflow.schema.declaration import REGISTRY_FORMATS, Column, RecordSchema
 from eosflow.schema.types import BAD, ColumnType, for_each
 
 _MISSING = None  # what a getter returns for an absent field; JSON null is treated the same
+FRAMED = b"\x00"  # the magic byte of Confluent's wire format, before a 4-byte schema id
+NO_SCHEMA_ID = "not JSON: a Confluent wire-format magic byte without the 4-byte schema id after it"
+
+
+def _decoder(schema: RecordSchema, registry: RegistryConfig | None) -> Callable[[bytes], tuple]:
+    """The decoder of a format other than JSON: the value's bytes -> (None, document) or (reason, None)."""
+    if schema.format in REGISTRY_FORMATS:
+        if registry is None:
+            raise ValueError(
+                f"a {schema.format} pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL"
+            )
+        if schema.format == "avro":
+            return AvroDecoder(registry)
+        from eosflow.schema.protobuf import ProtobufDecoder
+
+        return ProtobufDecoder(registry)
+    from eosflow.schema.text import BytesDecoder, TextDecoder
+
+    if schema.format == "bytes":
+        return BytesDecoder(schema.columns)
+    return TextDecoder(schema.columns, schema.text_pattern)
 
 
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -180,12 +207,10 @@ class RecordCheck:
         # ones, a poisoned stretch) would pay for both: after this many records, a fast path that took
         # less than half of them is not tried again by this check. Verdicts are the same either way.
         self._give_up_after = give_up_after
-        if schema.format == "avro":
-            if registry is None:
-                raise ValueError("an Avro pipeline needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL")
-            self.check_value = self._avro_checker(AvroDecoder(registry))
-        else:
+        if schema.format == "json":
             self.check_value = self._checker()
+        else:
+            self.check_value = self._decoded_checker(_decoder(schema, registry))
 
     def __call__(self, value: bytes | None) -> tuple[str | None, list | None]:
         """(error, None) for the first failing check, or (None, the columns' typed values)."""
@@ -221,6 +246,10 @@ class RecordCheck:
                 return "null value", None
             if len(value) > max_value_bytes:
                 return f"oversized: {len(value)} bytes > {max_value_bytes}", None
+            if value[:1] == FRAMED:  # Confluent's JSON Schema serializers: JSON never starts with a NUL
+                if len(value) < HEADER_BYTES:
+                    return NO_SCHEMA_ID, None
+                value = value[HEADER_BYTES:]
             if fast is not None:
                 # Only ever "valid, typed so": anything else is the Python check's to judge and name.
                 tried += 1
@@ -244,8 +273,8 @@ class RecordCheck:
 
         return check_value
 
-    def _avro_checker(self, decode: AvroDecoder):
-        """`__call__` for values in the Confluent Avro wire format (eosflow.schema.avro)."""
+    def _decoded_checker(self, decode: Callable[[bytes], tuple[str | None, dict | None]]):
+        """`__call__` for a format whose decoder makes the document: Avro, Protobuf, text, bytes."""
         max_value_bytes, typed_of, first_error = self.max_value_bytes, self._typed, self.first_error
 
         def check_value(value: bytes | None) -> tuple[str | None, list | None]:

@@ -159,6 +159,10 @@ def _date(v: object) -> object:
         return BAD
 
 
+def _bytes(v: object) -> object:
+    return v if type(v) is bytes else BAD  # from format: bytes, or an Avro/Protobuf bytes field
+
+
 def _jsonb(v: object) -> object:
     return v  # any JSON value; JSON null is a missing value before it gets here
 
@@ -232,8 +236,16 @@ _SCALARS: dict[str, tuple[str, pa.DataType, str, Callable, Callable, bool]] = {
     ),
     "date": ("date", pa.date32(), "date string YYYY-MM-DD", _date, _storable, False),
     "jsonb": ("jsonb", pa.string(), "any JSON value", _jsonb, _jsonb_unstorable, False),
+    "bytea": (
+        "bytea",
+        pa.binary(),
+        "bytes (format: bytes, or an Avro or Protobuf bytes field)",
+        _bytes,
+        _storable,
+        False,
+    ),
 }
-TYPE_NAMES = (*_SCALARS, "numeric(p,s)", "<any of these but jsonb>[]")
+TYPE_NAMES = (*_SCALARS, "numeric(p,s)", "<any of these but jsonb and bytea>[]")
 
 
 class UnknownTypeError(ValueError):
@@ -245,8 +257,10 @@ def parse_type(declared: object) -> ColumnType:
     text = re.sub(r"\s+", " ", str(declared).strip().lower())
     if text.endswith("[]"):
         element = parse_type(text[:-2])
-        if element.is_array or element.declared == "jsonb":
-            raise UnknownTypeError(f"type {declared!r}: arrays hold scalars only (not jsonb, not arrays)")
+        if element.is_array or element.declared in ("jsonb", "bytea"):
+            raise UnknownTypeError(
+                f"type {declared!r}: arrays hold scalars only (not jsonb, not bytea, not arrays)"
+            )
         return ColumnType(
             declared=text,
             postgres=f"{element.postgres}[]",

@@ -174,6 +174,7 @@ def _python_expected(ctype: ColumnType) -> str:
         "integer": "32-bit int",
         "double": "float",
         "boolean": "bool",
+        "bytea": "bytes",
     }
     if ctype.element is not None:
         return f"list of {_python_expected(ctype.element)}"

@@ -25,6 +25,7 @@ import psycopg
 
 from eosflow.ledger.ranges import Plan
 from eosflow.pipelines import Pipeline
+from eosflow.schema.arrow import valid_columns
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.target import create_staging, drop_ranges
@@ -83,7 +84,7 @@ def range_writer(
     """
     bounds = {(r.topic, r.partition): (r.start, r.end) for r in plan.ranges}
     target, batch_id, valid_names = pipeline.target_table, plan.batch_id, check.valid_names
-    key_bytes = check.schema.key == "bytes"
+    hexed = binary_columns(check.schema)
 
     def write(batches: Iterator) -> Iterator:
         import pyarrow as pa
@@ -121,7 +122,7 @@ def range_writer(
                 if errors.null_count == checked.num_rows:  # nothing rejected: no filtering copy
                     _tally(counts[False], checked.num_rows, offsets)
                     rows = checked.select(valid_names)
-                    valid.write(_with_hex_bytes(rows, ("kafka_key",)) if key_bytes else rows)
+                    valid.write(_with_hex_bytes(rows, hexed) if hexed else rows)
                     continue
                 mask = pc.is_valid(errors)
                 good = checked.filter(pc.invert(mask))
@@ -129,7 +130,7 @@ def range_writer(
                 _tally(counts[False], good.num_rows, good.column("kafka_offset"))
                 _tally(counts[True], bad.num_rows, bad.column("kafka_offset"))
                 rows = good.select(valid_names)
-                valid.write(_with_hex_bytes(rows, ("kafka_key",)) if key_bytes else rows)
+                valid.write(_with_hex_bytes(rows, hexed) if hexed else rows)
                 rejected.write(_with_hex_bytes(bad.select(_REJECTED_NAMES)))
             if valid is not None:
                 rejected.close()  # the rejected rows commit first
@@ -219,7 +220,7 @@ def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator],
     valid_names = check.valid_names
     valid_copy = _copy_sql(table, valid_names)
     rejected_copy = _copy_sql("staging.rejected", _REJECTED_NAMES)
-    key_bytes = check.schema.key == "bytes"
+    hexed = binary_columns(check.schema)
 
     def write(batches: Iterator) -> Iterator:
         import pyarrow as pa
@@ -239,7 +240,7 @@ def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator],
                     tally,
                 )
                 rows = checked.filter(pc.invert(mask)).select(valid_names)
-                valid.write(_with_hex_bytes(rows, ("kafka_key",)) if key_bytes else rows)
+                valid.write(_with_hex_bytes(rows, hexed) if hexed else rows)
                 rejected.write(_with_hex_bytes(checked.filter(mask).select(_REJECTED_NAMES)))
         keys = list(tally)
         yield pa.RecordBatch.from_arrays(
@@ -253,6 +254,13 @@ def copy_writer(dsn: str, table: str, check: BatchCheck) -> Callable[[Iterator],
         )
 
     return write
+
+
+def binary_columns(schema) -> tuple[str, ...]:
+    """The valid rows' bytea columns (`key: bytes`, bytea columns), which the CSV carries as hex."""
+    import pyarrow as pa
+
+    return tuple(name for name, arrow_type in valid_columns(schema) if arrow_type == pa.binary())
 
 
 def _with_hex_bytes(rows, names: Sequence[str] = ("raw_key", "raw_value")):

@@ -1,0 +1,140 @@
+"""Topics written by ordinary clients, declared in pipelines.yml alone: JSON from Confluent's JSON Schema
+serializer, plain strings (what Kafka's VerifiableProducer writes), log lines parsed by a pattern, and
+opaque bytes. Each lands typed exactly as written, every malformed record a rejected row with its
+reason, and the invariants hold."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from eosflow.pipelines import SCHEMA_SETTINGS
+from eosflow.schema.record import NO_SCHEMA_ID
+from eosflow.schema.text import NOT_MATCHING
+from tests.integration.test_declared_pipeline import _produce
+
+pytestmark = pytest.mark.integration
+
+
+def declare(case, **schema) -> None:
+    """The case's pipeline with this record declaration instead of the orders one."""
+    case.spec = {k: v for k, v in case.spec.items() if k not in SCHEMA_SETTINGS}
+    case.write_config(**schema)
+
+
+def test_json_from_confluents_json_schema_serializer_lands_beside_plain_json(case, schema_registry):
+    declare(
+        case,
+        columns=[
+            {"name": "order_id", "type": "text", "required": True},
+            {"name": "amount", "type": "numeric(10,2)", "required": True},
+            {"name": "city", "type": "text", "source": "$.address.city"},
+        ],
+    )
+    schema = {
+        "type": "object",
+        "properties": {
+            "order_id": {"type": "string"},
+            "amount": {"type": "number"},
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+        "required": ["order_id", "amount"],
+    }
+    serialize = JSONSerializer(json.dumps(schema), SchemaRegistryClient({"url": schema_registry.url}))
+    context = SerializationContext(case.topic, MessageField.VALUE)
+    framed = [
+        serialize({"order_id": f"o{i}", "amount": i + 0.25, "address": {"city": "Oslo"}}, context)
+        for i in range(4)
+    ]
+    assert all(v[:1] == b"\x00" for v in framed)  # the serializer's wire format, not plain JSON
+    plain = json.dumps({"order_id": "p1", "amount": 9.5}).encode()
+    poison = [
+        (framed[0][:3], NO_SCHEMA_ID),
+        (framed[0][:5] + b"not json", "not JSON"),
+        (framed[0][:5] + b'{"order_id": "x"}', "missing field: amount"),
+    ]
+    _produce(
+        case.settings.bootstrap_servers,
+        case.topic,
+        [(None, v) for v in [*framed, plain]] + [(None, v) for v, _ in poison],
+    )
+
+    summary = case.ingest()
+
+    assert summary.outcome == "committed" and case.violations() == []
+    rows = case.query(f"select order_id, amount::text, city from {case.table} order by order_id")
+    assert rows == [
+        ("o0", "0.25", "Oslo"),
+        ("o1", "1.25", "Oslo"),
+        ("o2", "2.25", "Oslo"),
+        ("o3", "3.25", "Oslo"),
+        ("p1", "9.50", None),
+    ]
+    assert sorted((e, bytes(v)) for _, _, e, v in case.rejected()) == sorted((e, v) for v, e in poison)
+
+
+def test_plain_strings_and_log_lines_land_as_text_typed_by_their_columns(case):
+    declare(case, format="text", columns=[{"name": "n", "type": "bigint", "required": True}])
+    # Kafka's VerifiableProducer writes the numbers 0, 1, 2, ... as strings: each is a bigint.
+    values = [str(i).encode() for i in range(20)] + [b"twenty", b"\xff\xfe"]
+    _produce(case.settings.bootstrap_servers, case.topic, [(None, v) for v in values])
+
+    summary = case.ingest()
+
+    assert summary.outcome == "committed" and case.violations() == []
+    assert [r[0] for r in case.query(f"select n from {case.table} order by n")] == list(range(20))
+    assert sorted(e for _, _, e, _ in case.rejected()) == [
+        "mistyped field: n (expected 64-bit integer)",
+        "not UTF-8",
+    ]
+
+
+def test_log_lines_are_parsed_into_columns_by_the_declared_pattern(case):
+    declare(
+        case,
+        format="text",
+        text_pattern=r"(?P<at>\S+) (?P<level>[A-Z]+) (?P<status>\d{3}) (?P<path>\S+)",
+        columns=[
+            {"name": "at", "type": "timestamptz", "required": True},
+            {"name": "level", "type": "text", "required": True},
+            {"name": "status", "type": "integer", "required": True},
+            {"name": "path", "type": "text"},
+        ],
+    )
+    lines = [
+        b"2026-01-02T03:04:05Z INFO 200 /a",
+        "2026-01-02T03:04:06.5+01:00 WARN 503 /b/é".encode(),
+        b"GET /c HTTP/1.1",
+    ]
+    _produce(case.settings.bootstrap_servers, case.topic, [(None, v) for v in lines])
+
+    summary = case.ingest()
+
+    assert summary.outcome == "committed" and case.violations() == []
+    rows = case.query(f"select at::text, level, status, path from {case.table} order by at")
+    assert rows == [
+        ("2026-01-02 02:04:06.5+00", "WARN", 503, "/b/é"),
+        ("2026-01-02 03:04:05+00", "INFO", 200, "/a"),
+    ]
+    assert [(e, bytes(v)) for _, _, e, v in case.rejected()] == [(NOT_MATCHING, lines[2])]
+
+
+def test_opaque_bytes_land_byte_for_byte(case):
+    declare(
+        case, format="bytes", key="bytes", columns=[{"name": "payload", "type": "bytea", "required": True}]
+    )
+    values = [os.urandom(n) for n in (0, 1, 17, 300)] + [b"\x00" * 5]
+    _produce(case.settings.bootstrap_servers, case.topic, [(b"\xff\x00", v) for v in values] + [(None, None)])
+
+    summary = case.ingest()
+
+    assert summary.outcome == "committed" and case.violations() == []
+    stored = [bytes(r[0]) for r in case.query(f"select payload from {case.table}")]
+    assert sorted(stored) == sorted(values)
+    assert case.column_types()["payload"] == "bytea"
+    assert [e for _, _, e, _ in case.rejected()] == ["null value"]
