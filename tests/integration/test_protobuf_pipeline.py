@@ -101,3 +101,42 @@ def test_a_protobuf_topic_lands_typed_from_its_declaration_and_its_writer_schema
     assert len(rejected) == len(expected)
     for got, want in zip(rejected, expected, strict=True):
         assert got.startswith(want), (got, want)
+
+
+def test_a_json_topic_into_a_kafka_sink_comes_out_as_protobuf_a_consumer_reads_with_the_registry_alone(
+    case, schema_registry
+):
+    import base64
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    from eosflow.schema.avro import SchemaRegistry
+    from eosflow.verify import verify_pipeline
+    from tests.kafka_reader import read_all, sources
+
+    case.settings = dataclasses.replace(case.settings, schema_registry_url=schema_registry.url)
+    case.as_kafka_sink(output_format="protobuf")
+    manifest = case.produce(40, seed=30, partitions=2)
+
+    assert case.ingest().outcome == "committed"
+
+    out = read_all(case.settings, case.output_topic)
+    assert len(out) == len(manifest.visible()) == 40 and set(sources(out).values()) == {1}
+    schema_id, indexes, _ = split(out[0].value())
+    answer = SchemaRegistry(schema_registry).get_json(f"/schemas/ids/{schema_id}")
+    assert answer["schemaType"] == "PROTOBUF"
+    # A consumer's view: the registered descriptor and protobuf's runtime, nothing of eosflow's.
+    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(answer["schema"]))
+    pool = descriptor_pool.DescriptorPool()
+    timestamp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
+    pool.Add(timestamp)
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"{file.package}.{file.message_type[0].name}")
+    )
+    messages = [cls.FromString(bytes(split(m.value())[2])) for m in out]
+    assert {m.event_id for m in messages} == {a.event_id for a in manifest.visible()}
+    assert indexes == (0,) and all(m.HasField("event_time") for m in messages)
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()

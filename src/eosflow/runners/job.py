@@ -137,7 +137,6 @@ def execute(
             settings,
             pipeline,
             plan,
-            registry,
             log,
             read=lambda phase: _checked_read(settings, pipeline, plan, registry, timer, phase),
             time=timer,

@@ -120,14 +120,32 @@ class SchemaRegistry:
         )
 
     def register(self, subject: str, schema: dict) -> int:
-        """Register `schema` under `subject` (what a producer's serializer does); its schema id."""
-        body = json.dumps({"schema": json.dumps(schema)}).encode()
+        """Register Avro `schema` under `subject` (what a producer's serializer does); its schema id."""
+        return self.register_text(subject, json.dumps(schema), "AVRO")
+
+    def register_text(self, subject: str, schema: str, schema_type: str) -> int:
+        """Register a schema as the registry holds it (Avro JSON, a Protobuf descriptor); its id."""
+        body = json.dumps({"schema": schema, "schemaType": schema_type}).encode()
         path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
         headers = {**self._headers(), "Content-Type": "application/vnd.schemaregistry.v1+json"}
         request = urllib.request.Request(self.config.base + path, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=10, context=self._context) as response:
                 return int(json.loads(response.read())["id"])
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (409, 422):
+                raise RegistryUnavailableError(
+                    f"could not register {subject!r} at the schema registry {self.config.base} "
+                    f"(HTTP {exc.code})"
+                ) from None
+            from eosflow.errors import PipelineConfigError
+
+            raise PipelineConfigError(
+                f"the schema registry refused the {schema_type} schema for subject {subject!r} (HTTP "
+                f"{exc.code}: {exc.read()[:300].decode('utf-8', 'replace')}): it is incompatible with the "
+                "subject's latest version. Nothing was produced. Declare columns compatibly (add optional "
+                "ones at the end), or write to a new output_topic"
+            ) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise RegistryUnavailableError(
                 f"could not register {subject!r} at the schema registry {self.config.base} "

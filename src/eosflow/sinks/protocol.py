@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
     from eosflow.ledger.positions import Key, PartitionCounts
     from eosflow.ledger.ranges import Plan
-    from eosflow.schema.avro import RegistryConfig
     from eosflow.schema.declaration import RecordSchema
     from eosflow.settings import Settings
     from eosflow.transform import TransformResult
@@ -78,7 +77,6 @@ class Run:
     settings: Settings
     pipeline: Pipeline
     plan: Plan
-    registry: RegistryConfig | None  # the schema registry of an Avro pipeline, else None
     log: Log
     # read(phase): start Spark, read the planned ranges and check them; the block is timed as `phase`.
     read: Callable[[str], AbstractContextManager[TransformResult]]

@@ -22,6 +22,8 @@ from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Run, Sink, Verdict
 
+OUTPUT_FORMATS = ("json", "avro", "protobuf")
+
 
 @dataclass(frozen=True)
 class KafkaSink(Sink):
@@ -29,7 +31,7 @@ class KafkaSink(Sink):
 
     kind: ClassVar[str] = "kafka"
     keys: ClassVar[frozenset[str]] = frozenset(
-        {"output_topic", "dead_letter_topic", "output_key", "transaction_timeout_ms"}
+        {"output_topic", "dead_letter_topic", "output_key", "output_format", "transaction_timeout_ms"}
     )
     truth: ClassVar[str] = "kafka"
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.kafka.produce",)
@@ -38,6 +40,7 @@ class KafkaSink(Sink):
     dead_letter_topic: str  # rejected records, in the same transaction as the output
     key_column: str | None = None  # None: the source record's key, byte for byte
     transaction_timeout_ms: int = 60_000
+    output_format: str = "json"  # json | avro | protobuf (the last two registered under <topic>-value)
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> KafkaSink:
@@ -75,7 +78,13 @@ class KafkaSink(Sink):
                 f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "
                 "is a warehouse sink's comparison mode only"
             )
-        return cls(output, dead_letter, key_column, timeout)
+        output_format = spec.get("output_format", "avro" if schema.format == "avro" else "json")
+        if output_format not in OUTPUT_FORMATS:
+            raise PipelineConfigError(
+                f"{where}: output_format {output_format!r} unknown; one of {list(OUTPUT_FORMATS)} (default: "
+                "avro for an Avro input, json otherwise)"
+            )
+        return cls(output, dead_letter, key_column, timeout, output_format)
 
     @property
     def output(self) -> str:
@@ -94,6 +103,11 @@ class KafkaSink(Sink):
         offset the group forgot restored from the ledger (forgotten.py)."""
         from eosflow.sinks.kafka import forgotten, ledger_mirror, topics
 
+        if self.output_format != "json" and settings.registry is None:
+            raise PipelineConfigError(
+                f"pipeline {pipeline.name!r} writes {self.output_format} to {self.output_topic}, and no "
+                "schema registry is configured: set EOSFLOW_SCHEMA_REGISTRY_URL, or output_format: json"
+            )
         topics.prepare(settings.kafka, pipeline, log)
         ledger_mirror.reconcile(conn, settings.kafka, pipeline, log)
         forgotten.restore(conn, settings.kafka, pipeline, log)
@@ -114,11 +128,7 @@ class KafkaSink(Sink):
             }
         run.check_topics_unchanged()  # before any range commits: nothing would undo it
         with run.read("read+transform+produce") as result:
-            encode = None
-            if run.registry is not None:  # Avro in, Avro out: the declared columns as a registered schema
-                from eosflow.schema.avro_out import register_output
-
-                encode = register_output(run.registry, pipeline.name, pipeline.schema, self.output_topic)
+            encode = self._encoder(settings, pipeline)
             outcomes = produce.produce_plan(settings.kafka, pipeline, plan, result, encode)
         # Each task checked its range before committing it (produce.RangeTransaction.commit).
         run.log(
@@ -128,6 +138,17 @@ class KafkaSink(Sink):
             + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
         )
         return outcomes
+
+    def _encoder(self, settings: Settings, pipeline: Pipeline):
+        """None for JSON; else the declared columns' schema, registered under <output_topic>-value, and
+        its encoder (eosflow.schema.avro_out, eosflow.schema.protobuf_out)."""
+        if self.output_format == "json":
+            return None
+        if self.output_format == "avro":
+            from eosflow.schema.avro_out import register_output
+        else:
+            from eosflow.schema.protobuf_out import register_output
+        return register_output(settings.registry, pipeline.name, pipeline.schema, self.output_topic)
 
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.sinks.kafka import ledger_mirror
