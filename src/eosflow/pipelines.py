@@ -133,7 +133,7 @@ def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
 
 # The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where
 # they come from and go.
-SCHEMA_SETTINGS = ("format", "key", "columns", "business_key", "transform", "text_pattern")
+SCHEMA_SETTINGS = ("format", "key", "key_format", "columns", "business_key", "transform", "text_pattern")
 
 
 def declaration(path: Path, name: str) -> dict:
@@ -162,6 +162,7 @@ _PIPELINE_KEYS = frozenset(
         "format",
         "text_pattern",
         "key",
+        "key_format",
         "columns",
         "business_key",
         "transform",

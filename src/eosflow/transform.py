@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 from eosflow.schema.arrow import UTC_MICROS, to_arrow, valid_columns
 from eosflow.schema.avro import RegistryConfig
 from eosflow.schema.declaration import Column, RecordSchema
-from eosflow.schema.record import RecordCheck, key_check
+from eosflow.schema.record import RecordCheck, key_check, key_decoder
 from eosflow.schema.user_transform import UserTransform
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class BatchCheck:
     max_value_bytes: int
     schema: RecordSchema
     declaration_version: int | None = None  # recorded on every row (eosflow.declarations)
-    registry: RegistryConfig | None = None  # where an Avro pipeline's writer schemas are
+    registry: RegistryConfig | None = None  # where an Avro or Protobuf pipeline's writer schemas are
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
@@ -106,6 +106,12 @@ class BatchCheck:
     @cached_property
     def _record(self) -> RecordCheck:
         return RecordCheck(self.schema, self.max_value_bytes, self.registry)
+
+    @cached_property
+    def _key_check(self):
+        if self.schema.key_type is None:
+            return None
+        return key_check(self.schema.key_type, key_decoder(self.schema, self.registry))
 
     @cached_property
     def _user(self) -> UserTransform:
@@ -137,7 +143,7 @@ class BatchCheck:
         timestamps = _reject_unstorable_timestamps(results, batch.column("timestamp"))
         keys = batch.column("key")
         if self.schema.key_type is not None:
-            kafka_key = _typed_keys(results, keys, self.schema.key_type)
+            kafka_key = _typed_keys(results, keys, self.schema.key_type, self._key_check)
         elif self.schema.key == "text":
             _reject_nul_keys(results, keys)
             kafka_key = _text(keys)
@@ -244,10 +250,9 @@ def _reject_nul_keys(results: list[_Result], keys: pa.Array) -> None:
                 results[i] = (NUL_IN_KEY, None)
 
 
-def _typed_keys(results: list[_Result], keys: pa.Array, key_type) -> pa.Array:
-    """The keys read as the declared type (`key: bigint`, ...); a valid record whose key is not of it
-    is rejected in `results`. Rejected rows keep the key's bytes in raw_key."""
-    check = key_check(key_type)
+def _typed_keys(results: list[_Result], keys: pa.Array, key_type, check) -> pa.Array:
+    """The keys read as the declared type (`key: bigint`, ...) by `check` (record.key_check); a valid
+    record whose key is not of it is rejected in `results`. Rejected rows keep the key's bytes in raw_key."""
     values = []
     for i, key in enumerate(keys.cast(pa.binary()).to_pylist()):
         error, value = check(key)

@@ -150,11 +150,13 @@ def execute(
 
 def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryConfig | None:
     """The schema registry an Avro or Protobuf pipeline decodes with; refused before planning when unset."""
-    if pipeline.schema.format not in REGISTRY_FORMATS:
+    schema = pipeline.schema
+    reads = [f for f in (schema.format, schema.key_format) if f in REGISTRY_FORMATS]
+    if not reads:
         return None
     if settings.registry is None:
         raise pipelines.PipelineConfigError(
-            f"pipeline {pipeline.name!r} reads {pipeline.schema.format}, and no schema registry is "
+            f"pipeline {pipeline.name!r} reads {' and '.join(reads)}, and no schema registry is "
             "configured: set EOSFLOW_SCHEMA_REGISTRY_URL to its Confluent-compatible API (the local stack "
             "runs one unless EOSFLOW_REGISTRY_PORT is 0)"
         )

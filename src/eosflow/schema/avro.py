@@ -211,8 +211,9 @@ def _ssl_context(config: RegistryConfig) -> ssl.SSLContext:
 class AvroDecoder:
     """A value in the Confluent wire format -> (None, the record as JSON-like values) or (reason, None)."""
 
-    def __init__(self, config: RegistryConfig) -> None:
+    def __init__(self, config: RegistryConfig, records_only: bool = True) -> None:
         self.registry = SchemaRegistry(config)
+        self.records_only = records_only  # False: a key, which may be any Avro datum (a long, a string)
 
     def __call__(self, value: bytes) -> tuple[str | None, dict | None]:
         if len(value) < HEADER_BYTES or value[0] != MAGIC:
@@ -230,7 +231,7 @@ class AvroDecoder:
         if buffer.tell() != len(value):
             extra = len(value) - buffer.tell()
             return f"not Avro: {extra} bytes after the record (schema id {schema_id})", None
-        if type(datum) is not dict:
+        if self.records_only and type(datum) is not dict:
             return f"not Avro: schema id {schema_id} is not a record schema", None
         return None, json_like(datum)
 

@@ -67,6 +67,7 @@ class RecordSchema:
     format: str = "json"
     key: str = "text"  # text | bytes | a scalar type's spelling (then key_type is that type)
     key_type: ColumnType | None = None
+    key_format: str | None = None  # avro | protobuf: the key in the Confluent wire format, decoded
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
     text_pattern: re.Pattern | None = None  # format: text, parsed into columns by named groups
@@ -83,7 +84,15 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
     fmt = spec.get("format", "json")
     if fmt not in FORMATS:
         raise DeclarationError(f"{where}: format {fmt!r} unknown; one of {list(FORMATS)}")
+    key_format = spec.get("key_format")
+    if key_format is not None and key_format not in REGISTRY_FORMATS:
+        raise DeclarationError(
+            f"{where}: key_format {key_format!r} unknown; one of {list(REGISTRY_FORMATS)} (a key in the "
+            "Confluent wire format), or leave it out to read the key's bytes as `key` says"
+        )
     key, key_type = _key(spec.get("key", "text"), where)
+    if key_format is not None and key_type is None:  # a decoded key is typed: text and bytes too
+        key_type = parse_type("bytea" if key == "bytes" else "text")
     raw_columns = spec.get("columns")
     if not isinstance(raw_columns, list) or not raw_columns:
         raise DeclarationError(
@@ -126,13 +135,17 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
             )
     text_pattern = _unstructured(fmt, spec, columns, where)
     written = {k: spec.get(k) for k in ("format", "key", "columns", "business_key", "transform")}
-    if text_pattern is not None:  # only where it is set: declarations written before it keep their version
+    # Only where set: declarations written before these keys existed keep their versions.
+    if text_pattern is not None:
         written["text_pattern"] = text_pattern.pattern
+    if key_format is not None:
+        written["key_format"] = key_format
     return RecordSchema(
         columns=columns,
         format=fmt,
         key=key,
         key_type=key_type,
+        key_format=key_format,
         business_key=business_key,
         transform=transform,
         text_pattern=text_pattern,

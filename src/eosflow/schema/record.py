@@ -424,9 +424,10 @@ def _constraints(column: Column, v: str, i: int, scope: dict[str, object]) -> li
 _TEXTUAL_KEYS = frozenset({"text", "uuid", "timestamptz", "date"})
 
 
-def key_check(ctype: ColumnType):
+def key_check(ctype: ColumnType, decode: Callable[[bytes], tuple] | None = None):
     """A typed key's check (`key: bigint`, `key: uuid`, ...): the key's bytes -> (None, the typed
-    value) or (the reason, None). A record without a key has a NULL key, as under `key: text`."""
+    value) or (the reason, None). A record without a key has a NULL key, as under `key: text`.
+    `decode`: a key in the Confluent wire format (`key_format`), its datum typed as a field's would be."""
     textual = ctype.declared in _TEXTUAL_KEYS
     decoder, accept, unstorable = _DECODERS[True], ctype.accept, ctype.unstorable
     mistyped = f"mistyped key (expected {ctype.expected})"
@@ -434,6 +435,11 @@ def key_check(ctype: ColumnType):
     def check(key: bytes | None) -> tuple[str | None, object]:
         if key is None:
             return None, None
+        if decode is not None:
+            error, raw = decode(key)
+            if error is not None:
+                return f"mistyped key ({error})", None
+            return typed(raw)
         try:
             text = key.decode("utf-8")
         except UnicodeDecodeError:
@@ -447,7 +453,10 @@ def key_check(ctype: ColumnType):
                 return mistyped, None
             if raw is None or ("\\u" in text and not _all_unicode(raw)):
                 return mistyped, None
-        value = accept(raw)
+        return typed(raw)
+
+    def typed(raw: object) -> tuple[str | None, object]:
+        value = BAD if raw is None else accept(raw)
         if value is BAD:
             return mistyped, None
         if (why := unstorable(value)) is not None:
@@ -455,3 +464,18 @@ def key_check(ctype: ColumnType):
         return None, value
 
     return check
+
+
+def key_decoder(schema: RecordSchema, registry: RegistryConfig | None) -> Callable[[bytes], tuple] | None:
+    """The decoder of a `key_format` key (any datum, not only records), or None for a plain key."""
+    if schema.key_format is None:
+        return None
+    if registry is None:
+        raise ValueError(
+            f"a key_format {schema.key_format} needs a schema registry: set EOSFLOW_SCHEMA_REGISTRY_URL"
+        )
+    if schema.key_format == "avro":
+        return AvroDecoder(registry, records_only=False)
+    from eosflow.schema.protobuf import ProtobufDecoder
+
+    return ProtobufDecoder(registry)
