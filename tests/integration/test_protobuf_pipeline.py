@@ -33,6 +33,7 @@ COLUMNS = [
     {"name": "first_qty", "type": "integer", "source": "$.lines[0].qty"},
     {"name": "voucher", "type": "bigint"},  # a oneof member: only the one set appears
     {"name": "attrs", "type": "jsonb"},
+    {"name": "value_schema_id", "type": "bigint", "source": "@schema_id"},
 ]
 
 
@@ -62,7 +63,7 @@ def test_a_protobuf_topic_lands_typed_from_its_declaration_and_its_writer_schema
     assert summary.outcome == "committed" and case.violations() == []
     rows = case.query(
         "select id, customer, total, paid, blob, status, tags, placed_at, note, city, first_qty, voucher, "
-        f"attrs from {case.table} order by id"
+        f"attrs, value_schema_id from {case.table} order by id"
     )
     assert rows[0] == (
         -(2**63),
@@ -78,6 +79,7 @@ def test_a_protobuf_topic_lands_typed_from_its_declaration_and_its_writer_schema
         3,
         5,
         {"a": 1.0, "b": [True, None, "s"], "c": {"d": 1.5}},
+        schema_id,
     )
     # Defaults of fields without presence are values; unset fields with presence are NULL.
     assert rows[1] == (
@@ -94,6 +96,7 @@ def test_a_protobuf_topic_lands_typed_from_its_declaration_and_its_writer_schema
         None,
         None,
         None,
+        schema_id,
     )
     assert rows[2][:2] == (5, "")
     rejected = sorted(e for _, _, e, _ in case.rejected())

@@ -183,3 +183,35 @@ def test_the_text_pattern_is_part_of_the_declaration_version():
     other = parse_schema({**LOG, "text_pattern": LOG["text_pattern"] + " "}, "t").canonical
     plain = parse_schema({"columns": [{"name": "a", "type": "text"}]}, "t").canonical
     assert one != other and "text_pattern" not in plain
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_schema_id_column_holds_the_id_of_the_values_header(compiled: bool):
+    spec = {
+        "columns": [
+            {"name": "sid", "type": "integer", "source": "@schema_id"},
+            {"name": "id", "type": "text", "required": True},
+            {"name": "sid_again", "type": "bigint", "source": "@schema_id"},
+        ]
+    }
+    body = json.dumps({"id": "a", "sid": "a field of that name is not the id"}).encode()
+    assert check(spec, b"\x00" + (7).to_bytes(4, "big") + body, compiled) == (None, [7, "a", 7])
+    assert check(spec, body, compiled) == (None, [None, "a", None])
+    assert check(spec, b"{}", compiled) == ("missing field: id", None)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ({"type": "text"}, "a @schema_id column is an optional integer or bigint"),
+        ({"type": "integer", "required": True}, "a @schema_id column is an optional integer or bigint"),
+        ({"type": "integer", "min": 1}, "a @schema_id column takes no rules, got ['min']"),
+    ],
+)
+def test_a_schema_id_column_is_an_optional_integer_without_rules(column: dict, message: str):
+    with pytest.raises(DeclarationError) as raised:
+        parse_schema({"columns": [{"name": "sid", "source": "@schema_id", **column}]}, "t")
+    assert message in str(raised.value)
+    text = {"format": "text", "columns": [{"name": "sid", "type": "integer", "source": "@schema_id"}]}
+    with pytest.raises(DeclarationError, match="has a source, but a text value has no fields"):
+        parse_schema(text, "t")

@@ -34,6 +34,7 @@ RESERVED_COLUMNS = frozenset(
         "raw_value",
     }
 )
+SCHEMA_ID_SOURCE = "@schema_id"  # a column's source: the value's schema id, from its wire-format header
 _COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\s*\]")
 _COLUMN_KEYS = ("name", "type", "required", "source", "enum", "pattern", "min", "max")
@@ -57,6 +58,7 @@ class Column:
     pattern: re.Pattern | None = None
     min: object = None
     max: object = None
+    meta: str | None = None  # "schema_id": the value's registry schema id, not a field of the record
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,8 @@ def _column(spec: object, where: str) -> Column:
     if type(required) is not bool:
         raise DeclarationError(f"{where}: required must be true or false, not {required!r}")
     source = spec.get("source", f"$.{name}")
+    if source == SCHEMA_ID_SOURCE:
+        return _schema_id_column(spec, name, ctype, where)
     path = parse_path(source, where)
     scalar = ctype.element or ctype
     column = Column(name=name, type=ctype, required=required, path=path, source=str(source))
@@ -254,6 +258,19 @@ def _column(spec: object, where: str) -> Column:
             **_bounds(spec, scalar, where),
         }
     )
+
+
+def _schema_id_column(spec: dict, name: str, ctype: ColumnType, where: str) -> Column:
+    """`source: "@schema_id"`: the id in a value's Confluent wire-format header (Avro, Protobuf, JSON
+    Schema framing); NULL for a value without one, so never required."""
+    if ctype.declared not in ("integer", "bigint") or spec.get("required", False):
+        raise DeclarationError(
+            f"{where}: a {SCHEMA_ID_SOURCE} column is an optional integer or bigint (NULL for a value "
+            f"without a schema id), e.g. {{name: {name}, type: integer, source: '{SCHEMA_ID_SOURCE}'}}"
+        )
+    if rules := sorted(k for k in ("enum", "pattern", "min", "max") if k in spec):
+        raise DeclarationError(f"{where}: a {SCHEMA_ID_SOURCE} column takes no rules, got {rules}")
+    return Column(name=name, type=ctype, path=(), source=SCHEMA_ID_SOURCE, meta="schema_id")
 
 
 def parse_path(source: object, where: str) -> tuple[str | int, ...]:

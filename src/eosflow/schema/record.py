@@ -48,6 +48,22 @@ FRAMED = b"\x00"  # the magic byte of Confluent's wire format, before a 4-byte s
 NO_SCHEMA_ID = "not JSON: a Confluent wire-format magic byte without the 4-byte schema id after it"
 
 
+def _with_schema_ids(check_value, positions: tuple[int, ...]):
+    """`check_value` whose typed values also hold, at `positions`, the schema id of the value's
+    Confluent wire-format header (None without one)."""
+
+    def check(value: bytes | None) -> tuple[str | None, list | None]:
+        error, typed = check_value(value)
+        if typed is not None:
+            framed = value[:1] == FRAMED and len(value) >= HEADER_BYTES
+            schema_id = int.from_bytes(value[1:HEADER_BYTES], "big") if framed else None
+            for i in positions:  # ascending: each lands where the declaration has it
+                typed.insert(i, schema_id)
+        return error, typed
+
+    return check
+
+
 def _decoder(schema: RecordSchema, registry: RegistryConfig | None) -> Callable[[bytes], tuple]:
     """The decoder of a format other than JSON: the value's bytes -> (None, document) or (reason, None)."""
     if schema.format in REGISTRY_FORMATS:
@@ -185,7 +201,10 @@ class RecordCheck:
         self.schema = schema
         self.max_value_bytes = max_value_bytes
         self.exact_decimals = schema.exact_decimals
-        columns = schema.columns
+        # A schema id column is no field of the record: the checks below see the others, and the id is
+        # put in its place afterwards (_with_schema_ids).
+        columns = tuple(c for c in schema.columns if c.meta is None)
+        self._schema_ids = tuple(i for i, c in enumerate(schema.columns) if c.meta == "schema_id")
         self._getters = tuple(_getter(c.path) for c in columns)
         self._accepts = tuple(c.type.accept for c in columns)
         self._required = tuple(c.required for c in columns)
@@ -211,6 +230,8 @@ class RecordCheck:
             self.check_value = self._checker()
         else:
             self.check_value = self._decoded_checker(_decoder(schema, registry))
+        if self._schema_ids:
+            self.check_value = _with_schema_ids(self.check_value, self._schema_ids)
 
     def __call__(self, value: bytes | None) -> tuple[str | None, list | None]:
         """(error, None) for the first failing check, or (None, the columns' typed values)."""
