@@ -53,6 +53,7 @@ class KafkaSinkMachine(ScheduleMachine):
             **spec,
             "sink": "kafka",
             "output_topic": output_topic(pipe),
+            "output_format": "json",  # whatever the input's format: rows() reads the event ids as JSON
             "transaction_timeout_ms": TIMEOUT_MS,
         }
 

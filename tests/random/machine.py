@@ -47,6 +47,7 @@ from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
 from eosflow.sources.kafka.range_read import ReadDataLossError
 from tests import orders
+from tests.random.formats import FORMATS, Codec
 from tests.random.model import PipelineModel, Rows, compare
 from tests.random.world import POISON, Kafka, footprint, read_rows, spawn_ingest
 
@@ -231,6 +232,7 @@ class ScheduleMachine(Bookkeeping):
             "topics": [pipe.topic],
             "target_table": pipe.table,
             **orders.declaration(),
+            "format": self.kafka.codec.declared,
             "transform_version": "v1",
             "initial_offset": "earliest",
             "max_records_per_partition": 100_000,
@@ -368,10 +370,12 @@ class ScheduleMachine(Bookkeeping):
             self.started[p] = "yes"
 
     # -- set-up ------------------------------------------------------------------------------------
-    @initialize(partitions=st.integers(1, 4))
-    def create_topic(self, partitions: int) -> None:
+    @initialize(partitions=st.integers(1, 4), value_format=st.sampled_from(FORMATS))
+    def create_topic(self, partitions: int, value_format: str = "json") -> None:
         self._begin("create topic")
-        self.history.append(f"1. create_topic(partitions={partitions})")
+        self.history.append(f"1. create_topic(partitions={partitions}, value_format={value_format!r})")
+        self.kafka.codec = Codec.register(value_format, self.settings.registry, self.kafka.topic)
+        self._fault(f"value format: {value_format}")
         self.kafka.create(partitions)
         self.partitions = partitions
         self._new_pipeline()

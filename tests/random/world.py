@@ -6,7 +6,6 @@ Nothing here decides what is right; tests/random/model.py and the machine do.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -20,21 +19,29 @@ import psycopg
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
+from tests.random.formats import WIRE_POISON, Codec
 from tests.random.model import Rec, Rows
 
 POISON = (
-    "not_json",  # the value is not JSON at all
+    "not_json",  # the value is not JSON at all (nor in any wire format: no header)
     "null_value",  # a tombstone
-    "missing_field",  # JSON without amount_cents
-    "nul_in_json_text",  # well-formed JSON whose order_id holds "\u0000": Postgres text cannot
-    "nul_raw_in_value",  # a raw NUL byte inside a JSON string: not JSON
+    "missing_field",  # a record without amount_cents
+    "nul_in_json_text",  # a well-formed record whose order_id holds "\u0000": Postgres text cannot
+    "nul_raw_in_value",  # a raw NUL byte inside a JSON string: not JSON (cut short in a wire format)
     "nul_in_key",  # a well-formed event whose key holds a NUL byte
     "nul_in_header",  # a well-formed event with a header value holding a NUL byte
+    *WIRE_POISON,  # a wrong magic byte, an unknown schema id, a truncated message, a wrong message index
 )
+_WITH_EVENT_ID = ("valid", "nul_in_json_text", "nul_in_key", "nul_in_header")
 
 
-def payload(kind: str, n: int) -> tuple[bytes | None, bytes | None, list | None, str | None]:
-    """(value, key, headers, event_id) of one record of `kind`; n makes the content vary."""
+PLAIN_JSON = Codec("json")
+
+
+def payload(
+    kind: str, n: int, codec: Codec = PLAIN_JSON
+) -> tuple[bytes | None, bytes | None, list | None, str | None]:
+    """(value, key, headers, event_id) of one record of `kind` in `codec`'s format; n varies the content."""
     event_id = str(uuid.uuid4())
     body = {
         "event_id": event_id,
@@ -46,27 +53,15 @@ def payload(kind: str, n: int) -> tuple[bytes | None, bytes | None, list | None,
         "currency": ("EUR", "USD", "GBP")[n % 3],
         "schema_version": 1,
     }
+    if kind != "valid" and kind not in POISON:
+        raise ValueError(kind)
     key: bytes | None = body["customer_id"].encode()
     headers = [("source", b"random-schedule")] if n % 3 == 0 else None
-    if kind == "valid":
-        return json.dumps(body).encode(), key, headers, event_id
-    if kind == "not_json":
-        return f"not json {n}".encode(), key, headers, None
-    if kind == "null_value":
-        return None, key, headers, None
-    if kind == "missing_field":
-        del body["amount_cents"]
-        return json.dumps(body).encode(), key, headers, None
-    if kind == "nul_in_json_text":
-        body["order_id"] = f"ord-\u0000{n}"
-        return json.dumps(body).encode(), key, headers, event_id
-    if kind == "nul_raw_in_value":
-        return b'{"event_id": "a\x00b"}', key, headers, None
     if kind == "nul_in_key":
-        return json.dumps(body).encode(), b"cus\x00" + str(n).encode(), headers, event_id
+        key = b"cus\x00" + str(n).encode()
     if kind == "nul_in_header":
-        return json.dumps(body).encode(), key, [("trace", b"a\x00b")], event_id
-    raise ValueError(kind)
+        headers = [("trace", b"a\x00b")]
+    return codec.value(kind, body, n), key, headers, event_id if kind in _WITH_EVENT_ID else None
 
 
 class Kafka:
@@ -79,6 +74,7 @@ class Kafka:
         self._txp: Producer | None = None
         self._plain: Producer | None = None
         self._generation = 0
+        self.codec = PLAIN_JSON  # the machine's value format (tests/random/formats.py)
 
     # -- topic administration ------------------------------------------------------------------------
     def create(self, partitions: int, timeout: float = 60.0) -> None:
@@ -192,7 +188,7 @@ class Kafka:
         if fate != "plain":
             producer.begin_transaction()
         for i, (partition, kind, n) in enumerate(records):
-            value, key, headers, event_id = payload(kind, n)
+            value, key, headers, event_id = payload(kind, n, self.codec)
             kinds[i] = (kind, event_id)
             producer.produce(
                 self.topic,

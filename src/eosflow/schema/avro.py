@@ -142,9 +142,9 @@ class SchemaRegistry:
 
             raise PipelineConfigError(
                 f"the schema registry refused the {schema_type} schema for subject {subject!r} (HTTP "
-                f"{exc.code}: {exc.read()[:300].decode('utf-8', 'replace')}): it is incompatible with the "
-                "subject's latest version. Nothing was produced. Declare columns compatibly (add optional "
-                "ones at the end), or write to a new output_topic"
+                f"{exc.code}: {exc.read()[:300].decode('utf-8', 'replace')}): a schema it cannot read, or "
+                "one incompatible with the subject's latest version (409). Nothing was produced. Declare "
+                "columns compatibly (add optional ones at the end), or write to a new output_topic"
             ) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise RegistryUnavailableError(
