@@ -21,6 +21,7 @@ class Publisher:
     batch_seconds: float = 5.0  # ...or when no more committed rows are there; polls this often when idle
     delivery: str = "exactly_once"  # at_least_once: the lab's comparison (position in Postgres, after)
     dead_letter_topic: str = ""  # rows JSON cannot carry, with the reason; "" means <topic>.rejected
+    format: str = "json"  # json | avro | protobuf: the outbox's columns as a registered schema
 
     @property
     def rejected_topic(self) -> str:
@@ -70,7 +71,17 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         )
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
-    known = {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery", "dead_letter_topic"}
+    known = {
+        "table",
+        "topic",
+        "id",
+        "key",
+        "batch_rows",
+        "batch_seconds",
+        "delivery",
+        "dead_letter_topic",
+        "format",
+    }
     if unknown := set(spec) - known:
         raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
@@ -106,6 +117,9 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         raise PipelineConfigError(
             f"{where}: delivery {delivery!r} unknown; exactly_once, or at_least_once (for comparison only)"
         )
+    fmt = spec.get("format", "json")
+    if fmt not in ("json", "avro", "protobuf"):
+        raise PipelineConfigError(f"{where}: format {fmt!r} unknown; json (default), avro or protobuf")
     return Publisher(
-        name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery, dead_letter
+        name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery, dead_letter, fmt
     )

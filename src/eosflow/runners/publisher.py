@@ -27,8 +27,10 @@ from eosflow.publishers import Publisher
 from eosflow.settings import Settings
 from eosflow.sources import outbox
 from eosflow.sources.outbox import Position
+from eosflow.sources.outbox_format import row_encoder
 
 Log = Callable[[str], None]
+Encode = Callable[[dict], bytes]  # a row -> its record's value (eosflow.sources.outbox_format)
 ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
 # A dead letter's coordinates and reason (the error header is the one the Kafka sink's dead letters carry).
 TABLE_HEADER, ERROR_HEADER = "eosflow-table", "eosflow-error"
@@ -107,6 +109,7 @@ def publish(
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         id_type = outbox.prepare(conn, publisher, log, reader=settings.pg_reader_user)
         outbox.configure_reads(conn)
+        encode = row_encoder(conn, settings, publisher)  # a registered schema first: refused before any write
         position.ensure_topics(settings.kafka, publisher, log)
         limit = topic_limits(settings.kafka, [publisher.topic, publisher.rejected_topic])
         limit.refuse_a_compacted_dead_letter_topic(publisher.rejected_topic)
@@ -149,14 +152,16 @@ def publish(
                     time.sleep(publisher.batch_seconds)
                     continue
                 if exactly_once:
-                    current, rejected = _one_transaction(producer, publisher, rows, limit)
+                    current, rejected = _one_transaction(producer, publisher, rows, limit, encode)
                 else:
-                    current, rejected = _produce_then_store(conn, producer, publisher, rows, limit, failed)
+                    current, rejected = _produce_then_store(
+                        conn, producer, publisher, rows, limit, failed, encode
+                    )
                 if rejected:
                     log(
-                        f"publisher {publisher.name}: {rejected} row(s) JSON cannot carry went to "
-                        f"{publisher.rejected_topic} with the reason (header {ERROR_HEADER}); the rest to "
-                        f"{publisher.topic}"
+                        f"publisher {publisher.name}: {rejected} row(s) {publisher.format} cannot carry "
+                        f"went to {publisher.rejected_topic} with the reason (header {ERROR_HEADER}); the "
+                        f"rest to {publisher.topic}"
                     )
                 summary.rejected += rejected
                 summary.transactions += 1
@@ -183,10 +188,10 @@ def publish(
 
 
 def _one_transaction(
-    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits
+    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, encode: Encode
 ) -> tuple[Position, int]:
     producer.begin_transaction()
-    rejected = _produce_rows(producer, publisher, rows, limit)
+    rejected = _produce_rows(producer, publisher, rows, limit, encode)
     last = outbox.position_of(rows[-1], publisher)
     _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
@@ -196,10 +201,16 @@ def _one_transaction(
 
 
 def _produce_then_store(
-    conn, producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, failed: _Undelivered
+    conn,
+    producer,
+    publisher: Publisher,
+    rows: list[dict],
+    limit: TopicLimits,
+    failed: _Undelivered,
+    encode: Encode,
 ) -> tuple[Position, int]:
     """at_least_once: the records, then the position in Postgres; a crash in between repeats them."""
-    rejected = _produce_rows(producer, publisher, rows, limit)
+    rejected = _produce_rows(producer, publisher, rows, limit, encode)
     remaining = producer.flush(_TIMEOUT_S)
     if remaining:
         raise TimeoutError(
@@ -227,14 +238,17 @@ class _Undelivered:
             self.error = error
 
 
-def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: TopicLimits) -> int:
+def _produce_rows(
+    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, encode: Encode
+) -> int:
     """Each row to the topic, or, if it cannot be published, to the dead-letter topic with the reason
-    (in the same transaction); returns how many were rejected."""
+    (in the same transaction; its value as JSON there, whatever the format); returns how many were
+    rejected."""
     rejected = 0
     for row in rows:
         key, headers = outbox.row_key(row, publisher), _headers(row, publisher)
         try:
-            value = outbox.row_value(row)
+            value = encode(row)
         except outbox.Unpublishable as exc:
             value, reason = outbox.rejected_value(row), str(exc)
         else:
@@ -247,7 +261,7 @@ def _produce_rows(producer, publisher: Publisher, rows: list[dict], limit: Topic
                 _produce(producer, publisher.topic, key, value, headers)
                 continue
             else:
-                value, reason = None, f"the row is {size:,} bytes as JSON, above {limit}"
+                value, reason = None, f"the row is {size:,} bytes as {publisher.format}, above {limit}"
         headers = [*headers, (TABLE_HEADER, publisher.table.encode()), (ERROR_HEADER, reason.encode())]
         _produce(producer, publisher.rejected_topic, key, value, headers)
         rejected += 1
