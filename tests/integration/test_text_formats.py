@@ -155,3 +155,28 @@ def test_opaque_bytes_land_byte_for_byte(case):
     assert sorted(stored) == sorted(values)
     assert case.column_types()["payload"] == "bytea"
     assert [e for _, _, e, _ in case.rejected()] == ["null value"]
+
+
+def test_bytes_and_text_land_in_an_iceberg_table_and_a_kafka_topic_too(case, tmp_path):
+    """bytea is a new column type: the other sinks take it as their own binary (Iceberg) or base64 (JSON)."""
+    import base64
+
+    from tests.integration.test_iceberg_sink import as_iceberg_sink, scan
+    from tests.kafka_reader import read_all
+
+    declare(case, format="bytes", columns=[{"name": "payload", "type": "bytea", "required": True}])
+    table = as_iceberg_sink(case)
+    values = [b"\x00\xff", b"", os.urandom(40)]
+    _produce(case.settings.bootstrap_servers, case.topic, [(None, v) for v in values])
+    assert case.ingest().outcome == "committed"
+    assert sorted(r["payload"] for r in scan(case, table)) == sorted(values)
+
+    other = case.__class__(case.settings, tmp_path / "k.yml")  # a pipeline of its own, into Kafka
+    declare(other, format="bytes", columns=[{"name": "payload", "type": "bytea", "required": True}])
+    other.spec.pop("target_table", None)
+    other.write_config(sink="kafka", output_topic=f"out.{other.name}")
+    _produce(other.settings.bootstrap_servers, other.topic, [(None, v) for v in values])
+    done = other.ingest_process()  # its own process: EOSFLOW_PIPELINES names its file
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = read_all(other.settings, f"out.{other.name}")
+    assert sorted(base64.b64decode(json.loads(m.value())["payload"]) for m in out) == sorted(values)
