@@ -15,6 +15,7 @@ from eosflow.schema.protobuf_wire import header, split
 from tests.integration.test_declared_pipeline import _produce
 from tests.integration.test_protobuf_registry import serialize
 from tests.integration.test_text_formats import declare
+from tests.protobuf_reader import message_class
 from tests.unit.test_protobuf_decode import Order, full_order
 
 pytestmark = pytest.mark.integration
@@ -109,10 +110,6 @@ def test_a_protobuf_topic_lands_typed_from_its_declaration_and_its_writer_schema
 def test_a_json_topic_into_a_kafka_sink_comes_out_as_protobuf_a_consumer_reads_with_the_registry_alone(
     case, schema_registry
 ):
-    import base64
-
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
-
     from eosflow.schema.avro import SchemaRegistry
     from eosflow.verify import verify_pipeline
     from tests.kafka_reader import read_all, sources
@@ -128,16 +125,7 @@ def test_a_json_topic_into_a_kafka_sink_comes_out_as_protobuf_a_consumer_reads_w
     schema_id, indexes, _ = split(out[0].value())
     answer = SchemaRegistry(schema_registry).get_json(f"/schemas/ids/{schema_id}")
     assert answer["schemaType"] == "PROTOBUF"
-    # A consumer's view: the registered descriptor and protobuf's runtime, nothing of eosflow's.
-    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(answer["schema"]))
-    pool = descriptor_pool.DescriptorPool()
-    timestamp = descriptor_pb2.FileDescriptorProto()
-    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
-    pool.Add(timestamp)
-    pool.Add(file)
-    cls = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(f"{file.package}.{file.message_type[0].name}")
-    )
+    cls = message_class(answer["schema"])  # a consumer's view: the registry and protobuf's runtime
     messages = [cls.FromString(bytes(split(m.value())[2])) for m in out]
     assert {m.event_id for m in messages} == {a.event_id for a in manifest.visible()}
     assert indexes == (0,) and all(m.HasField("event_time") for m in messages)

@@ -4,7 +4,6 @@ registry (fastavro, protobuf's runtime); a row the format cannot carry is a dead
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import uuid
@@ -13,11 +12,11 @@ from decimal import Decimal
 
 import fastavro
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from eosflow.schema.avro import SchemaRegistry
 from tests.integration.test_publish import _headers, _outbox_table
 from tests.kafka_reader import read_all
+from tests.protobuf_reader import message_class
 
 pytestmark = pytest.mark.integration
 
@@ -82,15 +81,7 @@ def test_an_outbox_published_as_protobuf_reads_back_with_the_registered_descript
     published, _ = _published_and_dead(outbox)
     answer = _registered(outbox, published[0].value())
     assert answer["schemaType"] == "PROTOBUF"
-    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(answer["schema"]))
-    pool = descriptor_pool.DescriptorPool()
-    timestamp = descriptor_pb2.FileDescriptorProto()
-    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
-    pool.Add(timestamp)
-    pool.Add(file)
-    cls = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(f"{file.package}.{file.message_type[0].name}")
-    )
+    cls = message_class(answer["schema"])
     rows = {m.id: m for m in (cls.FromString(v.value()[6:]) for v in published)}  # header and index [0]
     one = rows[1]
     assert (one.aggregate, one.amount, one.x, one.at.ToDatetime(tzinfo=UTC), one.d) == (

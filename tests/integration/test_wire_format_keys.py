@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -74,3 +76,48 @@ def test_a_protobuf_message_key_is_jsonb(case, schema_registry):
     assert case.query(f"select kafka_key from {case.table}") == [({"name": "k"},)]
     ((error,),) = case.query("select error from eosflow.rejected where pipeline = %s", case.name)
     assert error.startswith("mistyped key (not Protobuf: no Confluent wire-format header")
+
+
+def test_avro_keys_and_values_from_confluents_avro_serializer_land_typed(case, schema_registry):
+    """Both halves of a record written by confluent-kafka's AvroSerializer, as a Python producer writes."""
+    declare(
+        case,
+        format="avro",
+        key="text",
+        key_format="avro",
+        columns=[
+            {"name": "id", "type": "text", "required": True},
+            {"name": "at", "type": "timestamptz", "required": True},
+            {"name": "amount", "type": "numeric(10,2)"},
+            {"name": "value_schema_id", "type": "integer", "source": "@schema_id"},
+        ],
+    )
+    case.settings = dataclasses.replace(case.settings, schema_registry_url=schema_registry.url)
+    schema = {
+        "type": "record",
+        "name": "Payment",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {
+                "name": "amount",
+                "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}],
+            },
+        ],
+    }
+    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry.url}), json.dumps(schema))
+    at = datetime(2026, 3, 1, 10, 0, 0, 123000, tzinfo=UTC)
+    values = [
+        serialize(
+            {"id": f"p{i}", "at": at, "amount": Decimal("12.50")},
+            SerializationContext(case.topic, MessageField.VALUE),
+        )
+        for i in range(3)
+    ]
+    keys = avro_keys(schema_registry, case.topic, {"type": "string"}, ["k0", "k1", "k2"])
+    _produce(case.settings.bootstrap_servers, case.topic, list(zip(keys, values, strict=True)))
+
+    assert case.ingest().outcome == "committed" and case.violations() == []
+    rows = case.query(f"select kafka_key, id, at, amount, value_schema_id from {case.table} order by id")
+    schema_id = int.from_bytes(values[0][1:5], "big")
+    assert rows == [(f"k{i}", f"p{i}", at, Decimal("12.50"), schema_id) for i in range(3)]

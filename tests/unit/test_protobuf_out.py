@@ -8,13 +8,13 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 from eosflow.pipelines import PipelineConfigError
 from eosflow.schema.declaration import parse_schema
 from eosflow.schema.protobuf_out import ProtobufOutput, output_file
 from eosflow.schema.protobuf_wire import split
 from eosflow.sinks.kafka.sink import KafkaSink
+from tests.protobuf_reader import message_class
 
 SCHEMA = parse_schema(
     {
@@ -48,12 +48,8 @@ def read_back(value: bytes):
     """The record as a consumer reads it: a class from the registered descriptor, by protobuf itself."""
     schema_id, indexes, body = split(value)
     assert (schema_id, indexes) == (42, (0,))
-    pool = descriptor_pool.DescriptorPool()
-    timestamp = descriptor_pb2.FileDescriptorProto()
-    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
-    pool.Add(timestamp)
-    pool.Add(output_file("my_orders", SCHEMA))
-    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("eosflow.output.MyOrders"))
+    cls = message_class(output_file("my_orders", SCHEMA))
+    assert cls.DESCRIPTOR.full_name == "eosflow.output.MyOrders"
     return cls.FromString(bytes(body))
 
 
