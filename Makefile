@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup prereqs browser demo test airflow lab bench soak up down status lint clean
+.PHONY: setup prereqs browser demo test docs airflow lab bench soak up down status lint clean
 
 ## setup: the machine's prerequisites (Debian), the virtualenv (PyPI) and the jars (Maven Central); idempotent
 setup: prereqs $(STAMP)
@@ -37,14 +37,21 @@ browser:
 demo: setup
 	$(BIN)/eosflow demo
 
-## test: lint, then the whole suite against the real stack (unit, integration, Airflow, browser), ending
-## with the 15 slowest tests so the suite's budget stays in view. Two pytest-xdist workers by default
-## (about 19 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
+## test: lint, the docs site's strict build, then the whole suite against the real stack (unit, integration,
+## Airflow, browser), ending with the 15 slowest tests so the suite's budget stays in view. Two pytest-xdist
+## workers by default (about 21 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/eosflow stack up
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+
+## docs: the documentation site into site/: the reference pages regenerated from the code, then
+## mkdocs build --strict (a broken link, a missing anchor or a page outside the nav fails it); needs the
+## virtualenv only, not the stack
+docs: $(STAMP)
+	$(BIN)/python docs/_gen/reference.py && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 ## airflow: the Airflow UI against the stack, in the foreground (Ctrl-C stops it)
 airflow: setup

@@ -9,6 +9,11 @@ from eosflow import names
 from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
 from eosflow.settings import Settings
 
+# Every key a publisher's entry may have (docs/reference/pipelines.md lists them).
+_PUBLISHER_KEYS = frozenset(
+    {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery", "dead_letter_topic", "format"}
+)
+
 
 @dataclass(frozen=True)
 class Publisher:
@@ -71,19 +76,10 @@ def _parse(name: str, spec: object, where: str) -> Publisher:
         )
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
-    known = {
-        "table",
-        "topic",
-        "id",
-        "key",
-        "batch_rows",
-        "batch_seconds",
-        "delivery",
-        "dead_letter_topic",
-        "format",
-    }
-    if unknown := set(spec) - known:
-        raise PipelineConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    if unknown := set(spec) - _PUBLISHER_KEYS:
+        raise PipelineConfigError(
+            f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(_PUBLISHER_KEYS)}"
+        )
     table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
     if not isinstance(table, str) or not names.TABLE.match(table):
         raise PipelineConfigError(f"{where}: table {table!r} must be schema.table in lower case")

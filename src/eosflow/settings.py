@@ -1,7 +1,7 @@
 """Every setting of the local stack, read from the environment in one place.
 
 Defaults are chosen to stay off the ports a developer's own Kafka or Postgres would use.
-See the README's "Configuration" table for the full list.
+See docs/reference/environment.md (generated) and docs/getting-started.md, "Configuration".
 """
 
 from __future__ import annotations

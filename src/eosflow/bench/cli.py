@@ -198,9 +198,12 @@ def _single(args: argparse.Namespace, run: _Run, records: int, partitions: int) 
     run_info = run.info(outcome.problems)
     paths = report.write_latest(run.out_dir, outcome.results, run_info)
     if run.out_dir.resolve() == run.default_out.resolve() and outcome.ok and not args.smoke:
-        # The READMEs that mark a place for it show the latest table (see report.README_START).
+        # The pages that mark a place for it show the latest table (see report.README_START).
         section = report.readme_section(outcome.results, run_info)
-        readmes = (run.settings.root / "README.md", run.default_out.parent / "README.md")
+        readmes = (
+            run.settings.root / "docs" / "development" / "benchmarks.md",
+            run.default_out.parent / "README.md",
+        )
         paths += [p for p in readmes if report.update_readme(p, section)]
     _finish(paths, outcome.problems, time.monotonic() - t0, args, run.work_dir)
     _print_table(outcome.results)

@@ -1,1 +1,1 @@
-"""Worked examples of what users plug into eosflow (the README's "Python transforms")."""
+"""Worked examples of what users plug into eosflow (docs/guides/pipelines.md, "Python transforms")."""

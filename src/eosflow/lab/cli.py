@@ -76,10 +76,10 @@ def execute(args: argparse.Namespace) -> int:
     )
     md, table_csv = report.write(trials, out, header)
     if args.out is None and not (args.small or args.scenarios or args.modes or errors):
-        # A full run into the default folder is the one the README shows.
+        # A full run into the default folder is the one the docs' lab page shows.
         line = header.split("\n", 2)[2]
-        if report.update_readme(settings.root / "README.md", trials, line):
-            log("README.md: the lab table is updated")
+        if report.update_readme(settings.root / "docs" / "development" / "lab.md", trials, line):
+            log("docs/development/lab.md: the lab table is updated")
     print(report.text_table(trials))
     log(f"report: {md} and {table_csv}")
     for error in errors:

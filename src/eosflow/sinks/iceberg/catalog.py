@@ -40,7 +40,7 @@ DAY_PARTITION = "kafka_day"
 
 @dataclass(frozen=True)
 class Where:
-    """The catalog and the file location, from the environment (documented in the README)."""
+    """The catalog and the file location, from the environment (docs/reference/environment.md)."""
 
     name: str
     uri: str
