@@ -164,3 +164,46 @@ def test_the_dags_page_names_every_param_of_the_dags():
         re.findall(r"^\| `(\w+)` \|", (DOCS / "reference" / "dags.md").read_text(), re.MULTILINE)
     )
     assert params and params <= documented, f"docs/reference/dags.md lacks the params {params - documented}"
+
+
+def test_every_outcome_line_names_a_troubleshooting_entry_that_exists():
+    """The runners print `OUTCOME: message (cause and fix: <entry>)`: the entry's anchor must exist."""
+    from eosflow.runners.outcomes import EXIT, TROUBLESHOOTING, reported
+
+    page = (ROOT / TROUBLESHOOTING).read_text()
+    anchors = {line[4:].strip().lower() for line in page.splitlines() if line.startswith("### ")}
+    for kind in EXIT:
+        code, line = reported(kind.__new__(kind))
+        assert code == EXIT[kind]
+        assert line.endswith(f" (cause and fix: {TROUBLESHOOTING}#{kind.__name__.lower()})"), line
+        assert kind.__name__.lower() in anchors, f"{kind.__name__}: no ### entry in {TROUBLESHOOTING}"
+
+
+def test_an_ingest_that_fails_prints_its_outcome_then_its_entry(monkeypatch, capsys):
+    import argparse
+
+    from eosflow.cli import ingest
+    from eosflow.ledger.positions import FencedError
+    from eosflow.runners import job
+
+    def fenced(*args, **kwargs):
+        raise FencedError("batch b: another run committed orders[0] first")
+
+    monkeypatch.setattr(job, "run", fenced)
+    args = argparse.Namespace(
+        pipeline="orders", run_id=None, max_records=None, acknowledge_data_loss=False, range=None, mode=None
+    )
+    assert ingest.execute(args, settings=object()) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "eosflow ingest: FENCED: batch b: another run committed orders[0] first "
+        "(cause and fix: docs/troubleshooting.md#fencederror)"
+    ]
+
+
+def test_a_command_that_refuses_names_the_errors_entry(capsys):
+    from eosflow.cli.main import main
+
+    assert main(["verify", "--pipeline", "no_such_pipeline"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eosflow: error: unknown pipeline 'no_such_pipeline'")
+    assert err.rstrip().endswith("(cause and fix: docs/troubleshooting.md#pipelineconfigerror)")

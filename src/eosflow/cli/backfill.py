@@ -8,7 +8,7 @@ import sys
 from eosflow import settings as settings_mod
 from eosflow.ledger.backfill import MODES, BackfillError, BackfillRequest
 from eosflow.runners import backfill_run, job
-from eosflow.runners.outcomes import EXIT, OUTCOME
+from eosflow.runners.outcomes import EXIT, reported
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +45,9 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
         )
         chunks = backfill_run.resolve(settings, request, args.from_time, args.to_time)
     except BackfillError as exc:
-        log(f"REFUSED: {exc}")
-        return 2
+        code, line = reported(exc)  # REFUSED, exit 2
+        log(line)
+        return code
     log(f"{len(chunks)} chunk(s): " + ", ".join(str(c) for c in chunks))
     if args.dry_run:
         return 0
@@ -55,7 +56,7 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
         for summary in backfill_run.run(settings, request, run_id, chunks, log):
             print(summary.table(), flush=True)
     except tuple(EXIT) as exc:
-        kind = next(k for k in EXIT if isinstance(exc, k))
-        log(f"{OUTCOME.get(kind, 'failed').upper()}: {exc}")
-        return EXIT[kind]
+        code, line = reported(exc)
+        log(line)
+        return code
     return 0

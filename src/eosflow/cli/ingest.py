@@ -12,7 +12,7 @@ import sys
 
 from eosflow import settings as settings_mod
 from eosflow.runners import backfill_run, job
-from eosflow.runners.outcomes import EXIT, OUTCOME
+from eosflow.runners.outcomes import EXIT, reported
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,9 +72,9 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
                 settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
             )
     except tuple(EXIT) as exc:
-        kind = next(k for k in EXIT if isinstance(exc, k))
-        print(f"eosflow ingest: {OUTCOME.get(kind, 'failed').upper()}: {exc}", file=sys.stderr, flush=True)
-        return EXIT[kind]
+        code, line = reported(exc)
+        print(f"eosflow ingest: {line}", file=sys.stderr, flush=True)
+        return code
     print(summary.table(), flush=True)
     return 0
 

@@ -13,6 +13,13 @@ def _log(msg: str) -> None:
     print(f"eosflow: {msg}", file=sys.stderr, flush=True)
 
 
+def _error(exc: Exception) -> None:
+    """An error eosflow raised, with where its cause and fix are written down."""
+    from eosflow.runners.outcomes import entry
+
+    _log(f"error: {exc} ({entry(exc)})")
+
+
 def cmd_stack(args: argparse.Namespace) -> int:
     from eosflow import stack
     from eosflow.stack import process
@@ -74,7 +81,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         result = verify_pipeline(settings_mod.load(), args.pipeline)
     except PipelineConfigError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     print(result.table())
     return 0 if result.ok else 1
@@ -88,7 +95,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     try:
         pipeline = pipelines.load(settings, args.pipeline)
     except pipelines.PipelineConfigError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     held = pipeline.sink.open_transactions(settings, pipeline, args.abort, _log)
     if held is None:
@@ -124,7 +131,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     try:
         publisher = load_publisher(settings, args.pipeline)
     except PipelineConfigError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     stop = []
     # SIGTERM ends the loop between batches: the batch in flight commits or was never begun.
@@ -139,16 +146,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
             should_stop=lambda: bool(stop),
         )
     except PipelineConfigError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     except PublisherFencedError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 3
     except PositionAheadError as exc:  # a restored warehouse: an operator decides, nothing was published
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     except ReadBackIncompleteError as exc:  # its position could not be read whole: nothing was published
-        _log(f"error: {exc}")
+        _error(exc)
         return 1
     except KeyboardInterrupt:
         _log("interrupted: the batch in flight was not committed and will be published by the next run")
@@ -168,7 +175,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     try:
         found = load_all(s)
     except PipelineConfigError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     if unknown := sorted(set(args.pipeline or ()) - set(found)):
         _log(f"error: unknown pipeline(s) {unknown}; pipelines.yml declares {sorted(found)}")
@@ -198,7 +205,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
         with psycopg.connect(s.warehouse_dsn, autocommit=True) as conn:
             repartition(conn, pipeline, log=_log)
     except (PipelineConfigError, RepartitionError) as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     return 0
 
@@ -383,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except StackError as exc:
-        _log(f"error: {exc}")
+        _error(exc)
         return 2
     except KeyboardInterrupt:
         return 130

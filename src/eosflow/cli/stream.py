@@ -9,7 +9,7 @@ import sys
 import threading
 
 from eosflow import settings as settings_mod
-from eosflow.runners.outcomes import EXIT, OUTCOME
+from eosflow.runners.outcomes import EXIT, reported
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
@@ -90,9 +90,9 @@ def execute(args: argparse.Namespace) -> int:
     try:
         stream(settings_mod.load(), args.pipeline, options, stop, log)
     except tuple(EXIT) as exc:
-        kind = next(k for k in EXIT if isinstance(exc, k))
-        log(f"{OUTCOME.get(kind, 'failed').upper()}: {exc}")
-        return EXIT[kind]
+        code, line = reported(exc)
+        log(line)
+        return code
     except KeyboardInterrupt:
         log(
             "interrupted: the batch in flight was abandoned, nothing of it committed; the next start re-plans"

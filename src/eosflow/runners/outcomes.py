@@ -59,3 +59,20 @@ OUTCOME = {
     TopicRecreatedError: "refused",
     ReplayCountError: "refused",
 }
+
+# An entry per error class there, its anchor the class name in lower case (tests/unit/test_docs_reference.py).
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+
+def reported(exc: BaseException) -> tuple[int, str]:
+    """An error EXIT knows -> (the exit code, its one line: `OUTCOME: message (cause and fix: <entry>)`).
+
+    One line, so that whoever reads the last line (the Airflow task's error, the lab's report) has the
+    entry too. The entry is the raised class's own (a subclass has one of its own)."""
+    kind = next(k for k in EXIT if isinstance(exc, k))
+    return EXIT[kind], f"{OUTCOME.get(kind, 'failed').upper()}: {exc} ({entry(exc)})"
+
+
+def entry(exc: BaseException) -> str:
+    """Where the cause and the fix of `exc` are written down: its class's troubleshooting entry."""
+    return f"cause and fix: {TROUBLESHOOTING}#{type(exc).__name__.lower()}"
