@@ -160,7 +160,8 @@ def exit_codes_page() -> str:
     lines = [GENERATED.format("eosflow.runners.outcomes (EXIT, OUTCOME)"), "# Exit codes\n\n"]
     lines.append(
         "`eosflow ingest`, `backfill`, `stream` and a spark-submit run end with one of these codes, and "
-        "print `<OUTCOME>: <message>` on standard error (the Airflow tasks read that line). From "
+        "print `<OUTCOME>: <message> (cause and fix: docs/troubleshooting.md#<error>)` on standard error "
+        "(the Airflow tasks read that line). From "
         f"`eosflow.runners.outcomes`:\n\n> {' '.join(outcomes.__doc__.split())}\n\n"
     )
     lines.append("| exit code | outcome word | error | what it means |\n|---|---|---|---|\n")
