@@ -9,9 +9,11 @@ know, a schema that is not Avro, bytes that do not decode under it); a registry 
 reached or refuses the credentials is not, and stops the run (`RegistryUnavailableError`), so that a
 registry outage never turns good records into rejected ones.
 
-confluent-kafka's own SchemaRegistryClient is not used: its `schemaregistry` extra needs
-certifi>=2026.10.19 and httpx2, which the package index these machines use does not serve; the two
-GETs it would make are written here with the standard library.
+confluent-kafka's own SchemaRegistryClient is not used at run time: its `schemaregistry` extra pulls
+httpx2, authlib and cryptography into every Spark worker for the two GETs (and one POST) written here
+with the standard library. The tests do use it, with confluent-kafka's serializers, to write records as a
+user's producer does (the package index served that extra from November 2026; before, it lacked the
+certifi release it needs).
 """
 
 from __future__ import annotations
