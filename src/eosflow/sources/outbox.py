@@ -253,7 +253,7 @@ def blocking_transactions(conn: psycopg.Connection, shown: int = 5) -> list[str]
 
 
 def position_of(row: dict, publisher: Publisher) -> Position:
-    return Position(int(row[XID_COLUMN]), _text(row[publisher.id_column]))
+    return Position(int(row[XID_COLUMN]), as_text(row[publisher.id_column]))
 
 
 class Unpublishable(ValueError):
@@ -265,20 +265,20 @@ def row_value(row: dict) -> bytes:
     for column, value in row.items():
         if _not_a_json_number(value):
             raise Unpublishable(f"column {column!r} holds {value}, which JSON has no number for")
-    return json_text({k: _plain(v) for k, v in row.items() if k != XID_COLUMN}).encode()
+    return json_text({k: plain_value(v) for k, v in row.items() if k != XID_COLUMN}).encode()
 
 
 def rejected_value(row: dict) -> bytes:
     """An unpublishable row as JSON all the same, its NaN and infinities as text, for the dead letter."""
     return json_text(
-        {k: str(v) if _not_a_json_number(v) else _plain(v) for k, v in row.items() if k != XID_COLUMN}
+        {k: str(v) if _not_a_json_number(v) else plain_value(v) for k, v in row.items() if k != XID_COLUMN}
     ).encode()
 
 
 def row_key(row: dict, publisher: Publisher) -> bytes | None:
     if publisher.key_column is None or row[publisher.key_column] is None:
         return None
-    return _text(row[publisher.key_column]).encode()
+    return as_text(row[publisher.key_column]).encode()
 
 
 def _not_a_json_number(value: object) -> bool:
@@ -287,13 +287,14 @@ def _not_a_json_number(value: object) -> bool:
     )
 
 
-def _text(value: object) -> str:
+def as_text(value: object) -> str:
     """A value as the text Postgres reads back as the same value (the position's id, a key)."""
-    plain = _plain(value)
+    plain = plain_value(value)
     return plain if isinstance(plain, str) else json_text(plain)
 
 
-def _plain(value: object) -> object:
+def plain_value(value: object) -> object:
+    """A psycopg value as JSON-ready Python: instants as ISO text, bytea as \\x hex, ranges as objects."""
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, UUID):
@@ -313,9 +314,9 @@ def _plain(value: object) -> object:
     if isinstance(value, Range):
         if value.isempty:
             return {"empty": True}
-        return {"lower": _plain(value.lower), "upper": _plain(value.upper), "bounds": value.bounds}
+        return {"lower": plain_value(value.lower), "upper": plain_value(value.upper), "bounds": value.bounds}
     if type(value) is list:
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value
 
 

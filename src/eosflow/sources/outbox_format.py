@@ -108,9 +108,9 @@ def _converter(column: Column) -> Callable[[str, object], object]:
     declared = column.type.declared
     element = (column.type.element or column.type).declared
     if declared == "jsonb":
-        return lambda name, v: outbox._plain(v)
+        return lambda name, v: outbox.plain_value(v)
     if declared == "text":
-        return lambda name, v: v if type(v) is str else outbox._text(v)
+        return lambda name, v: v if type(v) is str else outbox.as_text(v)
 
     def one(name: str, v: object) -> object:
         if element == "uuid":
