@@ -90,6 +90,9 @@ def _airflow_pgid(eosflow: subprocess.Popen) -> int | None:
 
 
 def test_sigterm_to_eosflow_stops_every_airflow_process_and_exits_0(eosflow_airflow):
+    """Slow because `eosflow airflow` starts a whole `airflow standalone` (API server, scheduler, DAG
+    processor, triggerer, its metadata database migrated) and the test waits until it answers before the
+    SIGTERM: the stop itself takes seconds."""
     run = eosflow_airflow
     proc, port, log = run.proc, run.port, run.log
     deadline = time.monotonic() + 180

@@ -45,6 +45,8 @@ def after_the_demo(running_stack, tmp_path_factory):
 
 
 def test_the_view_shows_the_demo_pipeline_in_the_airflow_ui(after_the_demo, page):  # noqa: F811
+    """Slow in its fixture: `eosflow demo` (ingest, verify with dbt) and an Airflow standalone start before
+    the browser opens the view; the browser part takes seconds."""
     from playwright.sync_api import expect
 
     server, orders = after_the_demo

@@ -29,6 +29,8 @@ def _state(run, task_id: str) -> str:
 
 
 def test_the_ingest_dag_emits_its_table_only_when_a_run_committed_rows(case, airflow_db):
+    """Slow because it runs the whole ingest DAG twice in process (dag.test: every task of it, once with
+    records and once idle) and then a cleared run as `eosflow ingest`, to see which runs emit the asset."""
     from eosflow_airflow.dags import build_ingest_dag
     from eosflow_airflow.lineage import output_asset
 

@@ -50,6 +50,8 @@ def spark_cluster(running_stack, tmp_path):
 
 
 def test_the_same_job_runs_on_a_spark_cluster_against_three_brokers(case, kafka_cluster, spark_cluster):
+    """Slow in its fixtures: a three-broker KRaft cluster and a Spark standalone master and worker are
+    started for it, and the job goes through spark-submit."""
     kafka_cluster.create_topic(case.topic, partitions=4, replication=3, min_insync=2)
     settings = dataclasses.replace(case.settings, kafka_bootstrap=kafka_cluster.bootstrap_servers)
     producer = EventProducer(settings.bootstrap_servers, case.topic, Delivery(), seed=601)

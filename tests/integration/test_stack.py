@@ -52,6 +52,8 @@ def _pids(status_out: str) -> dict[str, str]:
 
 
 def test_up_is_idempotent_status_reports_health_and_down_stops_it(private_env):
+    """Slow because it builds a private stack from nothing (Kafka's storage formatted and its JVM started,
+    a Postgres cluster made by initdb, the registry), brings it up a second time, and stops it."""
     env, ports = private_env
     first = _stack(env, "up")
     assert first.returncode == 0, first.stderr

@@ -119,6 +119,8 @@ def test_sigterm_in_the_middle_of_a_batch_lets_it_commit_whole_then_exits_0(case
 # learned); the stream's randomized schedule and `make lab` kill it at every boundary.
 @pytest.mark.parametrize("point", ["after_stage", "in_commit"])
 def test_a_stream_killed_at_a_step_boundary_restarts_from_the_ledger(case, tmp_path, point):
+    """Slow because it starts three real streams (two killed at the boundary, one restarted), each with
+    its own Spark session."""
     ids = []
     for round_, seed in enumerate((84, 85)):
         ids += [r.event_id for r in case.produce(200, seed=seed + 10 * round_, partitions=2).rows]
