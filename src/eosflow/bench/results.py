@@ -14,6 +14,7 @@ MEASUREMENTS: dict[str, str] = {
     "write-ceiling-2": "Write ceiling: Postgres COPY, 2 writers",
     "eosflow": "eosflow ingest, end to end",
     "iceberg": "eosflow ingest into an Iceberg table (sink: iceberg), end to end",
+    "read-check": "Floor for any sink: eosflow's read and check through Spark, nothing written",
     "overhead": "eosflow fixed overhead (1 record)",
     "overhead-spark": "eosflow fixed overhead through Spark (1 record, EOSFLOW_INLINE_MAX_OFFSETS=0)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",

@@ -180,6 +180,22 @@ def _iceberg(ctx: _Context) -> Result:
             iceberg.purge_table(name)  # its files too: a 1M-record table is ~100 MB
 
 
+def _read_check(ctx: _Context) -> Result:
+    """eosflow's read and check of the topic through Spark with nothing written (eosflow.bench.read_check)."""
+    pipeline = f"bench_read_check_{ctx.cell.name}"
+    path = ctx.work_dir / f"{pipeline}.pipelines.yml"
+    topic, records = ctx.workload.topic, ctx.workload.records
+    config = eosflow_run.write_pipelines_file(path, pipeline, topic, ctx.table("read-check"), records)
+    cmd = [sys.executable, "-m", "eosflow.bench.read_check", "--pipeline", pipeline, "--topic", topic]
+    cmd += ["--partitions", str(ctx.cell.partitions)]
+    label = "read and check only"
+    env = eosflow_run.ingest_env(config)
+    measured = run_measured(label, cmd, ctx.log_path("read-check"), ctx.log, env=env)
+    stats = worker_result(measured, label)
+    timed = "its process, start to exit (Spark's start included, as in eosflow's)"
+    return ctx.result("read-check", measured, int(stats["rows"]), measured.wall_s, timed, detail=stats)
+
+
 def _overhead(ctx: _Context) -> Result:
     """A 1-record run as it runs by default: small enough to skip Spark (eosflow.sources.kafka.inline)."""
     return _eosflow(ctx, "overhead", _one_record_topic(ctx), 1)
@@ -276,6 +292,7 @@ RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "write-ceiling-2": _write_ceiling_parallel,
     "eosflow": _eosflow,
     "iceberg": _iceberg,
+    "read-check": _read_check,
     "overhead": _overhead,
     "overhead-spark": _overhead_spark,
     "handwritten": _handwritten,
