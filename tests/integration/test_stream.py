@@ -4,6 +4,7 @@ batch commits whole, exit 0), and kill -9 at every step boundary (a restart resu
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.integration
 class Stream:
     """`eosflow stream` in a process of its own, its stderr in a file (read while it runs)."""
 
+    started: list[subprocess.Popen] = []  # killed after each test, so a failed test leaves no stream behind
+
     def __init__(self, case: IngestCase, log: Path, *args: str, **env: str) -> None:
         self.log = log
         cmd = [sys.executable, "-m", "eosflow.cli", "stream", "--pipeline", case.name, "--trigger", "300ms"]
@@ -30,6 +33,7 @@ class Stream:
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
         )
+        Stream.started.append(self.proc)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -47,6 +51,16 @@ class Stream:
         self.wait_for(lambda: "streaming pipeline" in self.output())  # its signal handlers are in place
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)
+
+
+@pytest.fixture(autouse=True)
+def _no_stream_left_behind():
+    yield
+    while Stream.started:
+        proc = Stream.started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
 
 
 def committed(case: IngestCase) -> int:
@@ -83,6 +97,7 @@ def test_a_stream_commits_each_record_once_and_re_plans_when_a_batch_run_commits
     assert stream.stop() == 0
     out = stream.output()
     assert "SIGTERM: finishing the batch in flight" in out and "stopped after" in out
+    assert "started Spark" not in out  # every batch was small enough to read in the stream's process
     assert_exactly_once(case, [r.event_id for r in first.rows + second.rows])
     # Every micro-batch is an ordinary batch of its own in the ledger; idle triggers left no plan.
     plans = case.query("select status, count(*) from eosflow.plans where pipeline = %s group by 1", case.name)
@@ -96,6 +111,26 @@ def test_a_stream_commits_each_record_once_and_re_plans_when_a_batch_run_commits
     assert check(case.settings, case.name, stale_after_s=3600).ok  # committed within the hour
     stale = check(case.settings, case.name, stale_after_s=0)
     assert not stale.ok and stale.lag == 50 and "STALE: 50 records wait" in stale.line()
+
+
+def test_a_stream_starts_spark_for_its_first_batch_past_the_inline_limit_and_keeps_it(case, tmp_path):
+    """Batches past EOSFLOW_INLINE_MAX_OFFSETS read through Spark, which the first of them starts and the
+    stream keeps: a small batch between two large ones reads in process, the second large one reuses it."""
+    produced = case.produce(300, seed=89, partitions=2).rows  # ~300 offsets a batch: past the limit of 100
+    stream = Stream(case, tmp_path / "stream.log", EOSFLOW_INLINE_MAX_OFFSETS="100")
+    stream.wait_for(lambda: ": committed, " in stream.output())  # the first commit made the table
+    assert committed(case) == 300
+    produced += case.produce(40, seed=90, partitions=2).rows  # within the limit: in process
+    stream.wait_for(lambda: committed(case) == 340)
+    produced += case.produce(300, seed=91, partitions=2).rows  # through the session already started
+    stream.wait_for(lambda: committed(case) == 640)
+    assert stream.stop() == 0
+    out = stream.output()
+    assert out.count("started Spark for a batch past EOSFLOW_INLINE_MAX_OFFSETS (100 offsets)") == 1, out
+    batches = [line for line in out.splitlines() if re.search(r"batch \d+: committed, [1-9]", line)]
+    through_spark = [line for line in batches if "spark start" in line]
+    assert len(through_spark) == 2 and len(batches) >= 3, batches  # the small batch did not go through Spark
+    assert_exactly_once(case, [r.event_id for r in produced])
 
 
 def test_sigterm_in_the_middle_of_a_batch_lets_it_commit_whole_then_exits_0(case, tmp_path):

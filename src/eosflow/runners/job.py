@@ -30,6 +30,9 @@ from eosflow.sinks.protocol import Run
 from eosflow.sources.kafka.offsets import partition_offsets, topic_id
 
 Log = Callable[[str], None]
+# How a run gets its SparkSession when its plan is too large to read in process (None: get_spark's,
+# the active session or a new one; the stream passes the one it keeps, started when first needed).
+SparkSource = Callable[[], object]
 IDLE = "idle"  # nothing to read and nothing to establish: no plan persisted (run(skip_idle=True))
 
 
@@ -45,11 +48,13 @@ def run(
     acknowledge_data_loss: bool = False,
     log: Log = print,
     skip_idle: bool = False,
+    spark: SparkSource | None = None,
 ) -> RunSummary:
     """A scheduled (or manual) run: plan every partition from the stored positions, then commit.
 
     skip_idle: when no partition has anything to read or establish, persist no plan and return the
-    outcome IDLE (the stream's micro-batches, which would otherwise leave a plan per trigger)."""
+    outcome IDLE (the stream's micro-batches, which would otherwise leave a plan per trigger).
+    spark: where a plan past EOSFLOW_INLINE_MAX_OFFSETS gets its SparkSession (see SparkSource)."""
     pipeline = pipelines.load(settings, pipeline_name)
     run_id = run_id or new_run_id()
     batch_id = batch_id_for(pipeline.name, run_id)
@@ -68,7 +73,7 @@ def run(
             skip_idle,
         )
 
-    return execute(settings, pipeline, batch_id, make_plan, log)
+    return execute(settings, pipeline, batch_id, make_plan, log, spark)
 
 
 def prepare(
@@ -97,6 +102,7 @@ def execute(
     batch_id: str,
     make_plan: Callable[[psycopg.Connection, int], tuple[Plan | None, str | None]],
     log: Log,
+    spark: SparkSource | None = None,
 ) -> RunSummary:
     """Steps 2 to 5 of the contract, the same for every kind of plan."""
     summary = RunSummary(pipeline.name, batch_id)
@@ -138,7 +144,7 @@ def execute(
             pipeline,
             plan,
             log,
-            read=lambda phase: _checked_read(settings, pipeline, plan, registry, timer, phase),
+            read=lambda phase: _checked_read(settings, pipeline, plan, registry, timer, phase, spark),
             time=timer,
             check_topics_unchanged=lambda: _check_topic_unchanged(settings, plan),
         )
@@ -236,6 +242,7 @@ def _checked_read(
     registry: RegistryConfig | None,
     timer: _Timer,
     phase: str,
+    spark_source: SparkSource | None = None,
 ):
     """Steps 2 and 3 for every sink: each task reads its planned range and checks it, in Spark or, for a
     small plan, in this process (eosflow.sources.kafka.inline); the caller's sink writes it inside this
@@ -252,7 +259,10 @@ def _checked_read(
         from eosflow.spark.session import get_spark
 
         with timer("spark start"):
-            spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+            if spark_source is None:
+                spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+            else:
+                spark = spark_source()
         source = PlannedRead(spark, settings.kafka, plan)
     fault_point("before_read")
     with (

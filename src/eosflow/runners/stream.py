@@ -2,9 +2,9 @@
 
 Each micro-batch is an ordinary batch (`job.run`) with a run id of its own, `stream__<start>_<n>`: planned
 from the ledger's positions, read read_committed, checked, staged and committed, or produced with its
-offsets for a Kafka sink, exactly as a scheduled run. Only the SparkSession outlives a batch (get_spark
-returns the active one); a batch small enough to read without Spark (most of a stream's, once it has
-caught up: eosflow.sources.kafka.inline) runs in this process and leaves the session idle. There is no
+offsets for a Kafka sink, exactly as a scheduled run. Only the SparkSession outlives a batch; a batch small
+enough to read without Spark (most of a stream's, once it has caught up: eosflow.sources.kafka.inline) runs
+in this process, and the session is started by the first batch that needs it, then kept. There is no
 checkpoint directory: the ledger is the only position, so a stream restarted after a crash, a batch run,
 a backfill or a replay all plan from the same place.
 
@@ -73,11 +73,25 @@ def stream(
     stop = stop or threading.Event()
     pipeline = pipelines.load(settings, pipeline_name)
     prefix, status = run_id_prefix(), StreamStatus(window=options.status_every)
-    # One JVM for the stream's life: it keeps what its JIT compiles, unlike a batch run's JVM, and
-    # keeps a bounded history of its jobs (Spark's default, 1,000 jobs and SQL executions with their
-    # tasks, is a quarter hour of one-second batches in the driver's heap).
-    spark = get_spark(settings, f"eosflow-stream-{pipeline.name}", jit="", extra=STREAM_SPARK_CONF)
-    _warm_up(spark, pipeline)
+    session: list = []  # the stream's one SparkSession, once a batch needed it
+
+    def spark():
+        """One JVM for the stream's life, started by the first batch past EOSFLOW_INLINE_MAX_OFFSETS: it
+        keeps what its JIT compiles, unlike a batch run's JVM, and a bounded history of its jobs (Spark's
+        default, 1,000 jobs and SQL executions with their tasks, is a quarter hour of one-second batches
+        in the driver's heap). A stream whose batches all read in process never starts it."""
+        if not session:
+            started = time.monotonic()
+            session.append(
+                get_spark(settings, f"eosflow-stream-{pipeline.name}", jit="", extra=STREAM_SPARK_CONF)
+            )
+            _warm_up(session[0], pipeline)
+            log(
+                f"started Spark for a batch past EOSFLOW_INLINE_MAX_OFFSETS ({settings.inline_max_offsets:,} "
+                f"offsets) in {time.monotonic() - started:.1f}s; the stream keeps it for later batches"
+            )
+        return session[0]
+
     log(
         f"streaming pipeline {pipeline.name} ({', '.join(pipeline.topics)} -> {_output(pipeline)}): a batch "
         f"every {options.trigger_s:g}s, run ids {prefix}_<n>; stop with SIGTERM or Ctrl-C"
@@ -96,6 +110,7 @@ def stream(
                     options.max_batch_records,
                     log=lambda m: None,
                     skip_idle=True,
+                    spark=spark,
                 )
             except positions.FencedError as exc:
                 log(f"batch {n} fenced, re-planning from the positions the other run left: {exc}")
@@ -142,7 +157,8 @@ def stream(
             if figures.outcome != positions.COMMITTED or not any(figures.lag.values()):
                 stop.wait(max(0.0, options.trigger_s - (time.monotonic() - batch_started)))
     finally:
-        spark.stop()
+        for started_session in session:
+            started_session.stop()
     log(f"stopped after {time.monotonic() - started:.0f}s: {status.line()}")
     return status
 
