@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from eosflow.verify import verify_pipeline
+from tests.integration.test_stream import Stream, no_stream_left_behind  # noqa: F401  (autouse here too)
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +131,6 @@ def test_a_run_paused_before_its_commit_is_fenced_by_the_catalog_when_another_co
 
 def test_a_stream_into_an_iceberg_table_commits_each_record_once(case, tmp_path):
     """One Iceberg commit per micro-batch, through the same protocol as a batch run."""
-    from tests.integration.test_stream import Stream
-
     table = as_iceberg_sink(case)
     first = case.produce(300, seed=36, partitions=2)
     stream = Stream(case, tmp_path / "stream.log")

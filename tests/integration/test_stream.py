@@ -54,7 +54,8 @@ class Stream:
 
 
 @pytest.fixture(autouse=True)
-def _no_stream_left_behind():
+def no_stream_left_behind():
+    """After each test: any stream it started and left running is killed (a failed test's, too)."""
     yield
     while Stream.started:
         proc = Stream.started.pop()
