@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -43,20 +43,46 @@ class Where:
     """The catalog and the file location, from the environment (docs/reference/environment.md)."""
 
     name: str
-    uri: str
+    uri: str = field(repr=False)  # holds the warehouse password
     warehouse: str
 
     @classmethod
     def of(cls, settings: Settings) -> Where:
-        default_uri = (
-            f"postgresql+psycopg://{settings.pg_user}:{settings.pg_password}@{settings.pg_host}:"
-            f"{settings.pg_port}/{settings.pg_database}"
-        )
         return cls(
             os.environ.get("EOSFLOW_ICEBERG_CATALOG", "eosflow"),
-            os.environ.get("EOSFLOW_ICEBERG_CATALOG_URI", default_uri),
+            _checked_uri(os.environ.get("EOSFLOW_ICEBERG_CATALOG_URI") or _warehouse_uri(settings)),
             os.environ.get("EOSFLOW_ICEBERG_WAREHOUSE", (settings.state_dir / "iceberg").as_uri()),
         )
+
+
+def _warehouse_uri(settings: Settings) -> str:
+    """The warehouse as a SQLAlchemy URL, each part quoted: a password with `@ : / % #` stays itself."""
+    from sqlalchemy.engine import URL
+
+    url = URL.create(
+        "postgresql+psycopg",
+        username=settings.pg_user,
+        password=settings.pg_password,
+        host=settings.pg_host,
+        port=settings.pg_port,
+        database=settings.pg_database,
+    )
+    return url.render_as_string(hide_password=False)
+
+
+def _checked_uri(uri: str) -> str:
+    """The URI, parsed once here: SQLAlchemy's own parse error would quote a piece of the password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        make_url(uri)
+    except Exception:
+        raise PipelineConfigError(
+            "EOSFLOW_ICEBERG_CATALOG_URI is not a SQLAlchemy URL (not shown: it may hold a password). "
+            "Write it as dialect+driver://user:password@host:port/database, with the user and password "
+            "percent-encoded (urllib.parse.quote(password, safe=''))"
+        ) from None
+    return uri
 
 
 def catalog(settings: Settings) -> SqlCatalog:
