@@ -473,7 +473,8 @@ ORDERS_OK = orders_registry(b64("orders.proto"), b64("pbtest_common_address.prot
                 "/subjects/pbtest-address/versions/1": {"schema": ADDRESS},
             },
             encode(3, Order()),
-            "schema id 3 does not parse (a file name '../x' that is not a relative path)",
+            "schema id 3 does not parse (a reference name '../x' that is not an import path (parts of "
+            "letters, digits, _ . and -, each starting with a letter, a digit or _, joined by /))",
         ),
         (ORDERS_OK, encode(1, Order(), (2,)), "message indexes [2] outside schema id 1"),
         (ORDERS_OK, encode(1, Order(), (0, 9)), "message indexes [0, 9] outside schema id 1"),

@@ -6,6 +6,10 @@ REST user's), which protoc (grpcio-tools) compiles, in a process of its own so i
 text. Google's well-known types (google/protobuf/*.proto), which serializers do not register, come from
 the protobuf package itself. Whatever under an id cannot be read is the Rejection of its records; a
 registry that cannot answer raises RegistryUnavailableError, as for Avro.
+
+A registry schema is data (docs/DESIGN.md, "Trust boundaries"): a reference's name is what `import` lines
+and descriptors call a file, never a file name on disk or a protoc argument. Each text is compiled on its
+own under a name eosflow chooses, after the files it imports, which protoc gets as descriptors.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ import base64
 import binascii
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import urllib.parse
-from pathlib import PurePosixPath
 
 from google.protobuf import descriptor_pb2, descriptor_pool
 
@@ -28,6 +32,22 @@ for _name in ("any", "duration", "empty", "field_mask", "struct", "timestamp", "
     importlib.import_module(f"google.protobuf.{_name}_pb2")  # the well-known types, in the default pool
 
 ROOT = "eosflow-writer-schema.proto"  # the name the writer schema's own file gets (the registry gives none)
+# An import path as serializers register one: parts of letters, digits, _ . - that start with a letter, a
+# digit or _ (so no option-shaped `-x`, no `..`, no hidden `.x`), joined by /.
+_IMPORT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
+# The one file protoc reads from disk, whichever schema is being compiled: a hidden name, which no import
+# path can be, so no reference can shadow it.
+_SOURCE = ".eosflow-source.proto"
+
+
+def import_path(name: object) -> str:
+    """`name` if it is an import path a serializer would register, else a ValueError saying what it is."""
+    if not isinstance(name, str) or len(name) > 1024 or not _IMPORT_PATH.fullmatch(name):
+        raise ValueError(
+            f"a reference name {str(name)[:200]!r} that is not an import path (parts of letters, digits, "
+            "_ . and -, each starting with a letter, a digit or _, joined by /)"
+        )
+    return name
 
 
 def load(registry: SchemaRegistry, schema_id: int) -> tuple | Rejection:
@@ -42,30 +62,36 @@ def load(registry: SchemaRegistry, schema_id: int) -> tuple | Rejection:
         return Rejection(f"not Protobuf: schema id {schema_id} is {kind}, not PROTOBUF")
     try:
         files: dict[str, str] = {}
-        _collect(registry, answer.get("references"), files, depth=0)
-        return _build(answer["schema"], files)
+        order: list[str] = []
+        _collect(registry, answer.get("references"), files, order, depth=0)
+        return _build(answer["schema"], files, order)
     except RegistryUnavailableError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the registry holds under the id is not readable
         return Rejection(f"not Protobuf: schema id {schema_id} does not parse ({str(exc)[:500]})")
 
 
-def _collect(registry: SchemaRegistry, refs: list | None, files: dict[str, str], depth: int) -> None:
-    """The referenced files' schemas by their import names, recursively (what references reference)."""
+def _collect(
+    registry: SchemaRegistry, refs: list | None, files: dict[str, str], order: list[str], depth: int
+) -> None:
+    """The referenced files' schemas by their import names, recursively (what references reference), and
+    in `order` each name after the names it references, so a file compiles after its imports."""
     if depth > 32:
         raise ValueError("schema references nested deeper than 32")
     for ref in refs or []:
-        if ref["name"] in files:
+        name = import_path(ref["name"])
+        if name in files:
             continue
         subject = urllib.parse.quote(ref["subject"], safe="")
         answer = registry.get_json(f"/subjects/{subject}/versions/{int(ref['version'])}")
         if answer is None:
-            raise ValueError(f"reference {ref['name']} ({ref['subject']} version {ref['version']}) not found")
-        files[ref["name"]] = answer["schema"]
-        _collect(registry, answer.get("references"), files, depth + 1)
+            raise ValueError(f"reference {name} ({ref['subject']} version {ref['version']}) not found")
+        files[name] = answer["schema"]
+        _collect(registry, answer.get("references"), files, order, depth + 1)
+        order.append(name)
 
 
-def _build(root: str, refs: dict[str, str]) -> tuple:
+def _build(root: str, refs: dict[str, str], order: list[str]) -> tuple:
     """A fresh pool with the writer schema's file, its references and the well-known types it imports."""
     protos: dict[str, descriptor_pb2.FileDescriptorProto] = {}
     texts: dict[str, str] = {}
@@ -78,7 +104,7 @@ def _build(root: str, refs: dict[str, str]) -> tuple:
         protos[name] = descriptor_pb2.FileDescriptorProto.FromString(raw)
         protos[name].name = name  # what importers call it, as confluent-kafka's deserializer does
     if texts:
-        protos.update(_compile(texts, protos))
+        protos.update(_compile(texts, protos, [*order, ROOT]))
     pool = descriptor_pool.DescriptorPool()
     _add(pool, ROOT, protos, set())
     return pool, protos[ROOT]
@@ -101,32 +127,40 @@ def _add(pool, name: str, protos: dict, added: set[str]) -> None:
     pool.Add(proto)
 
 
-def _compile(texts: dict[str, str], protos: dict) -> dict[str, descriptor_pb2.FileDescriptorProto]:
-    """.proto texts compiled by protoc, in process; references given as descriptors are passed as such."""
+def _compile(
+    texts: dict[str, str], protos: dict[str, descriptor_pb2.FileDescriptorProto], order: list[str]
+) -> dict[str, descriptor_pb2.FileDescriptorProto]:
+    """.proto texts compiled by protoc one at a time, in `order` (imports first), each read from the one
+    file eosflow names; what it imports comes as descriptors (given or compiled before it). The names in
+    `texts` are only ever data: the descriptors' names, never a path or an argument."""
     import grpc_tools
 
+    wkt = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+    known = dict(protos)
+    compiled: dict[str, descriptor_pb2.FileDescriptorProto] = {}
     with tempfile.TemporaryDirectory(prefix="eosflow-proto-") as folder:
-        for name, text in texts.items():
-            path = PurePosixPath(name)
-            if not name or path.is_absolute() or ".." in path.parts or "\\" in name:
-                raise ValueError(f"a file name {name!r} that is not a relative path")
-            os.makedirs(os.path.join(folder, *path.parts[:-1]), exist_ok=True)
-            with open(os.path.join(folder, *path.parts), "w", encoding="utf-8") as out:
-                out.write(text)
-        args = [f"-I{folder}", f"-I{os.path.join(os.path.dirname(grpc_tools.__file__), '_proto')}"]
-        if protos:
-            given = descriptor_pb2.FileDescriptorSet(file=list(protos.values()))
-            with open(os.path.join(folder, ".given.pb"), "wb") as out:
-                out.write(given.SerializeToString())
-            args.append(f"--descriptor_set_in={os.path.join(folder, '.given.pb')}")
-        target = os.path.join(folder, ".compiled.pb")
-        args += ["--include_imports", f"--descriptor_set_out={target}", *texts]
-        code, errors = _run_protoc(args)
-        if code != 0 or not os.path.exists(target):
-            raise ValueError(f"protoc: {errors.replace(folder + os.sep, '').strip() or f'exit {code}'}")
-        with open(target, "rb") as compiled:
-            files = descriptor_pb2.FileDescriptorSet.FromString(compiled.read()).file
-    return {f.name: f for f in files if f.name in texts}
+        sources = os.path.join(folder, "src")  # protoc's only folder of ours: nothing else is in it
+        os.mkdir(sources)
+        source, given, target = (
+            os.path.join(sources, _SOURCE),
+            *(os.path.join(folder, f) for f in ("given", "out")),
+        )
+        for name in dict.fromkeys(n for n in order if n in texts):
+            with open(source, "w", encoding="utf-8") as out:
+                out.write(texts[name])
+            with open(given, "wb") as out:
+                out.write(descriptor_pb2.FileDescriptorSet(file=list(known.values())).SerializeToString())
+            args = [f"--proto_path={sources}", f"--proto_path={wkt}", f"--descriptor_set_in={given}"]
+            code, errors = _run_protoc([*args, f"--descriptor_set_out={target}", source])
+            if code != 0 or not os.path.exists(target):
+                errors = errors.replace(source, name).replace(_SOURCE, name).replace(folder + os.sep, "")
+                raise ValueError(f"protoc: {errors.strip() or f'exit {code}'}")
+            with open(target, "rb") as done:
+                (proto,) = descriptor_pb2.FileDescriptorSet.FromString(done.read()).file
+            os.remove(target)
+            proto.name = name  # what importers call it
+            known[name] = compiled[name] = proto
+    return compiled
 
 
 def _run_protoc(args: list[str]) -> tuple[int, str]:
