@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from eosflow.settings import Settings
+from eosflow.stack import secret_files
 
 ADMIN_USER = "admin"
 
@@ -33,8 +34,7 @@ def admin_password(settings: Settings) -> str:
         return json.loads(path.read_text())[ADMIN_USER]
     path.parent.mkdir(parents=True, exist_ok=True)
     password = secrets.token_urlsafe(12)
-    path.write_text(json.dumps({ADMIN_USER: password}) + "\n")
-    path.chmod(0o600)
+    secret_files.write_secret(path, json.dumps({ADMIN_USER: password}) + "\n")
     return password
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from eosflow.errors import StackError
 from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import process
+from eosflow.stack import process, secret_files
 
 START_TIMEOUT_S = 90.0
 
@@ -140,9 +140,7 @@ class KafkaService:
                 self._wait_healthy(self.pid())
             return
         process.require_free_ports("kafka", self.s.kafka_host, self.ports())
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(self._server_properties())
-        self.log4j.write_text(LOG4J2)
+        self.write_config()
         if not (self.data_dir / "meta.properties").exists():
             self._format(log)
         log(f"starting kafka on {self.s.stack_bootstrap_servers} (log: {self.log_path})")
@@ -167,6 +165,12 @@ class KafkaService:
         self.pid_file.write_text(f"{proc.pid}\n")
         self._wait_healthy(proc.pid, proc)
         self._wait_transactions_ready()
+
+    def write_config(self) -> None:
+        """server.properties (it holds the SASL listener's password) and the log configuration."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        secret_files.write_secret(self.config, self._server_properties())
+        self.log4j.write_text(LOG4J2)
 
     def stop(self, log=print) -> None:
         pid = self.pid()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from urllib.parse import quote
 from eosflow.errors import StackError
 from eosflow.runtime import prereqs
 from eosflow.settings import Settings
-from eosflow.stack import process
+from eosflow.stack import process, secret_files
 
 START_TIMEOUT_S = 60
 SUPERUSER = "postgres"
@@ -137,11 +138,9 @@ class PostgresService:
     def _initdb(self, log) -> None:
         log(f"creating the warehouse cluster in {self.data_dir}")
         self.home.mkdir(parents=True, exist_ok=True)
-        self.superuser_password_file.write_text(secrets.token_urlsafe(18) + "\n")
-        self.superuser_password_file.chmod(0o600)
         if _as_root():
             shutil.chown(self.home, SUPERUSER, SUPERUSER)
-            shutil.chown(self.superuser_password_file, SUPERUSER, SUPERUSER)
+        self.write_superuser_password()
         done = self._run_pg(
             "initdb",
             "-D",
@@ -159,6 +158,14 @@ class PostgresService:
         if done.returncode != 0:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             raise StackError(f"initdb failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def write_superuser_password(self) -> None:
+        """A new superuser password, for initdb's --pwfile: readable by the server's user alone."""
+        owner = None
+        if _as_root():
+            found = pwd.getpwnam(SUPERUSER)
+            owner = (found.pw_uid, found.pw_gid)
+        secret_files.write_secret(self.superuser_password_file, secrets.token_urlsafe(18) + "\n", owner)
 
     def _write_settings(self) -> None:
         # A conf.d-style include keeps our settings apart from initdb's file and rewritten on every up.
