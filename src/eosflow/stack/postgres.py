@@ -13,6 +13,7 @@ import os
 import pwd
 import secrets
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from urllib.parse import quote
@@ -28,6 +29,47 @@ SUPERUSER = "postgres"
 
 def _as_root() -> bool:
     return os.geteuid() == 0
+
+
+def _server_owner() -> tuple[int, int]:
+    """Who runs the server and owns its files: the postgres user as root, else whoever runs eosflow."""
+    if not _as_root():
+        return os.geteuid(), os.getegid()
+    found = pwd.getpwnam(SUPERUSER)
+    return found.pw_uid, found.pw_gid
+
+
+def ensure_home(home: Path, owner: tuple[int, int]) -> None:
+    """The cluster's home, made here (0700, for `owner`), or one already there that is `owner`'s own.
+
+    As root the home may be in /var/tmp, where anyone can make a folder or a link first: one that is
+    a link, or not `owner`'s, or writable by others, is refused, never followed or used.
+    """
+    home.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(home, 0o700)
+    except FileExistsError:
+        _check_home(home, owner[0])
+        return
+    os.chown(home, *owner, follow_symlinks=False)
+
+
+def _check_home(home: Path, uid: int) -> None:
+    found = os.lstat(home)
+    what = None
+    if stat.S_ISLNK(found.st_mode):
+        what = "is a symbolic link"
+    elif not stat.S_ISDIR(found.st_mode):
+        what = "is not a directory"
+    elif found.st_uid != uid:
+        what = f"is owned by uid {found.st_uid}, not the server's user (uid {uid})"
+    elif found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        what = f"is a folder others can write (mode {stat.S_IMODE(found.st_mode):o})"
+    if what:
+        raise StackError(
+            f"the warehouse cluster's home {home} {what}: eosflow did not make it, and will not use it. "
+            f"Check who made it, remove {home}, and run `eosflow stack up` again"
+        )
 
 
 class PostgresService:
@@ -90,6 +132,7 @@ class PostgresService:
         prereqs.postgres_bin_dir()
 
     def start(self, log=print) -> None:
+        ensure_home(self.home, _server_owner())
         if self.pid() is None:
             process.require_free_ports("postgres", self.s.pg_host, self.ports())
             if not (self.data_dir / "PG_VERSION").exists():
@@ -137,9 +180,6 @@ class PostgresService:
 
     def _initdb(self, log) -> None:
         log(f"creating the warehouse cluster in {self.data_dir}")
-        self.home.mkdir(parents=True, exist_ok=True)
-        if _as_root():
-            shutil.chown(self.home, SUPERUSER, SUPERUSER)
         self.write_superuser_password()
         done = self._run_pg(
             "initdb",
@@ -161,11 +201,8 @@ class PostgresService:
 
     def write_superuser_password(self) -> None:
         """A new superuser password, for initdb's --pwfile: readable by the server's user alone."""
-        owner = None
-        if _as_root():
-            found = pwd.getpwnam(SUPERUSER)
-            owner = (found.pw_uid, found.pw_gid)
-        secret_files.write_secret(self.superuser_password_file, secrets.token_urlsafe(18) + "\n", owner)
+        secret = secrets.token_urlsafe(18) + "\n"
+        secret_files.write_secret(self.superuser_password_file, secret, _server_owner())
 
     def _write_settings(self) -> None:
         # A conf.d-style include keeps our settings apart from initdb's file and rewritten on every up.
