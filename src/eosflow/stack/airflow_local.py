@@ -101,13 +101,21 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def announce(settings: Settings, log=print) -> None:
+    """Where the UI is and how to log in: the file that holds the password, never the password, which
+    a terminal's scrollback or a captured log would keep."""
+    admin_password(settings)  # made now if this AIRFLOW_HOME has none
+    log(f"airflow UI: http://127.0.0.1:{settings.airflow_port}  user {ADMIN_USER}")
+    log(
+        f"(its password is in {passwords_file(settings)}, mode 0600; AIRFLOW_HOME is {settings.airflow_home})"
+    )
+
+
 def start(
     settings: Settings, log=print, extra_env: dict[str, str] | None = None, **popen_kwargs
 ) -> subprocess.Popen:
     """Start `airflow standalone` in its own process group and return at once."""
-    password = admin_password(settings)
-    log(f"airflow UI: http://127.0.0.1:{settings.airflow_port}  user {ADMIN_USER}  password {password}")
-    log(f"(the password is kept in {passwords_file(settings)}; AIRFLOW_HOME is {settings.airflow_home})")
+    announce(settings, log)
     airflow = str(Path(sys.executable).parent / "airflow")
     env = airflow_env(settings) | (extra_env or {})
     return subprocess.Popen([airflow, "standalone"], env=env, start_new_session=True, **popen_kwargs)
