@@ -1,3 +1,5 @@
+import dataclasses
+import json
 from collections import defaultdict
 from datetime import timedelta
 from functools import partial
@@ -6,20 +8,36 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from eosflow.kafka_admin import admin
+from eosflow.stack import airflow_local
 from eosflow.stack import airflow_server as standalone
 from tests.integration.conftest import case  # noqa: F401  (a pipeline of its own per test)
 from tests.integration.ingest_case import IngestCase
 
+OUTSIDER = "outsider"
+
+
+def token_of(server, settings, username: str) -> str:
+    """A login of another user than admin: SimpleAuthManager wrote their password beside admin's."""
+    home = dataclasses.replace(settings, state_dir=server.log_path.parent)
+    password = json.loads(airflow_local.passwords_file(home).read_text())[username]
+    code, body = server.request("POST", "/auth/token", {"username": username, "password": password})
+    assert code in (200, 201), body
+    return body["access_token"]
+
 
 @pytest.fixture(scope="session")
 def airflow_server(running_stack, tmp_path_factory):
-    """A running `airflow standalone` whose only pipeline has committed data (so replays can run)."""
+    """A running `airflow standalone` whose only pipeline has committed data (so replays can run).
+
+    Besides `admin`, a user `outsider` who may log in and read no DAG (no role in Airflow's
+    SimpleAuthManager): the eosflow view must show them no pipeline."""
     root = tmp_path_factory.mktemp("airflow-server")
     pipeline = IngestCase(running_stack, root / "pipelines.yml")
     pipeline.produce(600, seed=501, partitions=2)
     first = pipeline.ingest_process("--run-id", "seed-run")
     assert first.returncode == 0, first.stderr[-2000:]
-    server = standalone.start(running_stack, root / "state", pipeline.config_path)
+    users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{airflow_local.ADMIN_USER}:admin,{OUTSIDER}:"}
+    server = standalone.start(running_stack, root / "state", pipeline.config_path, env=users)
     yield server, pipeline
     standalone.stop(server)
 

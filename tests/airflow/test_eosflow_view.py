@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from eosflow.verify import verify_pipeline
+from tests.airflow.conftest import OUTSIDER, token_of
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +27,54 @@ def get(server, path: str, token: str | None = None) -> tuple[int, str]:
         return exc.code, exc.read().decode(errors="replace")
 
 
-@pytest.mark.parametrize("path", ["/eosflow/", "/eosflow/api/pipelines", "/eosflow/metrics"])
+ROUTES = ["/eosflow/", "/eosflow/api/pipelines", "/eosflow/api/publishers", "/eosflow/metrics"]
+DOCS = ["/eosflow/docs", "/eosflow/redoc", "/eosflow/openapi.json", "/eosflow/docs/oauth2-redirect"]
+
+
+@pytest.mark.parametrize("path", ROUTES)
 def test_a_request_without_a_login_is_refused(airflow_server, path):
     server, _ = airflow_server
     code, body = get(server, path)
     assert code == 401, body[:300]
     assert get(server, path, token="not-a-token")[0] in (401, 403)
+
+
+@pytest.mark.parametrize("path", DOCS)
+def test_fastapi_s_documentation_routes_are_not_served_to_anyone(airflow_server, path):
+    """FastAPI serves them outside the app's login dependency: they are off, with or without a login."""
+    server, _ = airflow_server
+    code, body = get(server, path)
+    assert code == 404, body[:300]
+    assert get(server, path, token=server.token())[0] == 404
+
+
+def test_a_user_who_may_read_no_dag_sees_no_pipeline_and_a_named_one_is_not_found(airflow_server):
+    """`outsider` logs in but may read no DAG: no pipeline, no publisher, no metric; a pipeline named in the
+    request answers 404 as an undeclared one does (403 would confirm that it exists). Admin sees it."""
+    server, pipeline = airflow_server
+    outsider = token_of(server, pipeline.settings, OUTSIDER)
+    code, html = get(server, "/eosflow/", outsider)
+    assert code == 200 and f"<h2 id='{pipeline.name}'>" not in html, html[:500]
+    assert get(server, "/eosflow/api/pipelines", outsider) == (200, "[]")
+    assert get(server, "/eosflow/api/publishers", outsider) == (200, "[]")
+    code, metrics = get(server, "/eosflow/metrics", outsider)
+    assert code == 200 and pipeline.name not in metrics
+    hidden = {
+        path: get(server, path, outsider)
+        for path in (
+            f"/eosflow/?pipeline={pipeline.name}",
+            f"/eosflow/api/pipelines?pipeline={pipeline.name}",
+        )
+    }
+    undeclared = get(server, "/eosflow/api/pipelines?pipeline=no_such_pipeline", server.token())
+    assert undeclared[0] == 404
+    for path, (code, body) in hidden.items():
+        assert code == 404, (path, body[:300])
+        assert json.loads(body) == {
+            "detail": json.loads(undeclared[1])["detail"].replace("no_such_pipeline", pipeline.name)
+        }
+    code, states = get(server, f"/eosflow/api/pipelines?pipeline={pipeline.name}", server.token())
+    assert code == 200 and [s["pipeline"] for s in json.loads(states)] == [pipeline.name]
 
 
 def test_the_view_shows_partitions_lag_and_the_latest_invariants(airflow_server, monkeypatch):
