@@ -2,8 +2,11 @@
 
 What the job runs with is decided when the task runs, never when the DAG file is parsed: its
 EOSFLOW_* settings come from the `warehouse` and `kafka_default` connections (as plan and verify
-read them), and the code archive is built from the code as it is then. A failure ends on the job's
-own line; the ones a retry cannot fix (refused, fenced, data loss) fail without retry.
+read them) over the worker's own EOSFLOW_* environment, and the code archive is built from the code as
+it is then. None of it is a template field: passwords and client configurations reach spark-submit's
+process environment only, never the serialized DAG or Rendered Templates (docs/DESIGN.md, "Trust
+boundaries"). A failure ends on the job's own line; the ones a retry cannot fix (refused, fenced, data
+loss) fail without retry.
 """
 
 from __future__ import annotations
@@ -55,14 +58,14 @@ def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
     """Arguments shared by every eosflow spark-submit; no I/O, so DAG files can call it at import."""
     kwargs.setdefault("execution_timeout", execution_timeout())
     s = settings_mod.load()
-    env = spark_env(s) | {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
     return dict(
         task_id=task_id,
         conn_id="spark_default",
         application=str(SPARK_ENTRY),
         jars=str(s.jars_dir / "spark" / "*.jar"),  # Spark expands the glob itself
         name=f"eosflow-{task_id}",
-        env_vars=env,  # the connections' settings are merged over this when the task runs
+        # No env_vars: a template field is serialized with the DAG and shown in Rendered Templates. The
+        # job's environment is made when the task runs (EosflowSparkSubmitOperator.job_env).
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"} | launch_conf(s),
         **kwargs,
     )
@@ -89,15 +92,14 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator with the settings and code of run time, and eosflow's failures."""
 
     _job_lines: list[str]  # the job's own output lines of the current try (set in execute)
+    _job_env: dict[str, str]  # spark-submit's environment, secrets included (set in execute, never templated)
 
     def execute(self, context: Any) -> None:
         from eosflow.spark.submit import package
 
         hook = EosflowHook()
         settings = hook.settings()
-        # The same connections as plan and verify, read now: a connection changed after the DAG file
-        # was parsed must not send the commit to another database than the plan.
-        self.env_vars = {**(self.env_vars or {}), **hook.job_env(settings)}
+        self._job_env = self.job_env(hook, settings)
         self.py_files = str(package(settings))  # this version's own archive, whatever others build
         self._hook = None  # built from the values above
         self._job_lines = []
@@ -110,8 +112,21 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
                 raise
             raise failure from exc
 
+    def job_env(self, hook: EosflowHook, settings: settings_mod.Settings) -> dict[str, str]:
+        """spark-submit's environment: Spark's and the worker's EOSFLOW_* settings, then the user's
+        env_vars, then the same connections as plan and verify, read now (a connection changed after the
+        DAG file was parsed must not send the commit to another database than the plan)."""
+        worker = {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
+        return {**spark_env(settings), **worker, **(self.env_vars or {}), **hook.job_env(settings)}
+
     def _get_hook(self):
-        hook = super()._get_hook()
+        # The provider hands env_vars to the hook when it builds it; the job's environment goes there for
+        # that moment only, so the template field itself never holds a secret (not even after execute).
+        rendered, self.env_vars = self.env_vars, getattr(self, "_job_env", None) or self.env_vars
+        try:
+            hook = super()._get_hook()
+        finally:
+            self.env_vars = rendered
         # The provider logs every line of spark-submit's output here; keep the job's own lines too.
         process = hook._process_spark_submit_log
         hook._process_spark_submit_log = lambda lines: process(self._keep_job_lines(lines))
