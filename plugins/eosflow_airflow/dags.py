@@ -13,7 +13,6 @@ from eosflow.pipelines import Pipeline
 from eosflow.publishers import Publisher
 from eosflow.settings import ingest_interval
 from eosflow_airflow.lineage import (
-    BACKFILL_ALIAS,
     input_assets,
     mart_assets,
     output_asset,
@@ -24,6 +23,7 @@ from eosflow_airflow.notify import FailureAlert
 from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
 from eosflow_airflow.tasks import (
     announce,
+    backfill_dag_id,
     build_marts,
     compact_targets,
     ingest_dag_id,
@@ -132,27 +132,23 @@ BY_TIME = "Range by time (instead of offsets)"
 ADVANCED = "Topic and chunk size"
 
 
-def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
-    names = sorted(pipelines)
+def build_backfill_dag(pipeline: Pipeline) -> DAG:
+    """The pipeline's own backfill DAG: the pipeline is the DAG's, not a param, so Airflow's per-DAG
+    permissions say who may replay which pipeline (one DAG for all would let anyone who may trigger it
+    replay any)."""
 
     @dag(
-        dag_id="eosflow_backfill",
-        description="Catch up or replay an offset range of one pipeline, in ordered chunks",
+        dag_id=backfill_dag_id(pipeline.name),
+        description=f"Catch up or replay an offset range of {pipeline.name}, in ordered chunks",
         schedule=None,
         start_date=START,
         catchup=False,
         max_active_runs=1,
         default_args=DEFAULT_ARGS,
-        tags=["eosflow", "backfill"],
+        tags=["eosflow", "backfill", f"pipeline:{pipeline.name}"],
         # A form, not a list of raw names: titles, sections, a date-time picker for the time bounds, and a
         # dry run. The keys stay as they were: `conf` of the REST API and the CLI use them.
         params={
-            "pipeline": Param(
-                names[0],
-                enum=names,
-                title="Pipeline",
-                description="As named in pipelines.yml.",
-            ),
             "mode": Param(
                 "catch-up",
                 enum=list(MODES),
@@ -228,17 +224,21 @@ def build_backfill_dag(pipelines: dict[str, Pipeline]) -> DAG:
                 section=ADVANCED,
             ),
         },
-        doc_md="Validates everything first (pipeline, partitions, bounds, stored position, committed "
+        doc_md=f"Catches up or replays `{pipeline.name}` ({', '.join(pipeline.topics)} -> "
+        f"{_output(pipeline)}). Validates everything first (partitions, bounds, stored position, committed "
         "ranges); then one Spark job per chunk, in order per partition; then the invariants. "
         "Tick **Dry run** to stop after the validation: its log lists the chunks a real run would commit.",
     )
     def backfill():
-        chunks = validate_backfill()  # a dry run returns none: spark_chunk maps to nothing, verify skips
+        # A dry run returns no chunk: spark_chunk maps to nothing, verify skips.
+        chunks = validate_backfill(pipeline.name)
         # One chunk at a time, in map order: a catch-up chunk can only commit after the one before it.
         loads = EosflowSparkSubmitOperator.partial(
             **spark_job("spark_chunk", max_active_tis_per_dagrun=1)
         ).expand(application_args=chunks)
-        loads >> verify() >> announce.override(outlets=[BACKFILL_ALIAS])(upstream="validate")
+        # The pipeline's own output asset, as its ingest DAG emits it (the marts DAG is scheduled on it).
+        announce_rows = announce.override(inlets=input_assets(pipeline), outlets=[output_asset(pipeline)])
+        loads >> verify(pipeline.name) >> announce_rows(pipeline.name, upstream="validate")
 
     return backfill()
 

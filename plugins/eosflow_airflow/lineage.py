@@ -12,15 +12,13 @@ new asset inactive, and a task naming it failed, until the scheduler orphans the
 
 from __future__ import annotations
 
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import Asset
 
 from eosflow.assets import table_uri, topic_uri
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings, load
 from eosflow.verify import MART_COLUMNS
 
-# The backfill DAG's pipeline is a run parameter: its events go through an alias, one asset per event.
-BACKFILL_ALIAS = AssetAlias(name="eosflow_backfill")
 # The orders marts (tag `orders` in the dbt project), in the schema dbt gives the pipeline.
 MART_TABLES = ("order_events", "event_counts_hourly", "orders_published")
 

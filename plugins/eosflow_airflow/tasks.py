@@ -21,6 +21,11 @@ def marts_dag_id(pipeline_name: str) -> str:
     return f"eosflow_marts_{pipeline_name}"
 
 
+def backfill_dag_id(pipeline_name: str) -> str:
+    """One per pipeline: who may trigger it may replay that pipeline and no other (per-DAG rights)."""
+    return f"eosflow_backfill_{pipeline_name}"
+
+
 def acknowledge_hint(pipeline_name: str) -> str:
     """How to accept a data loss from Airflow: a manual run whose plan records the gap."""
     return (
@@ -100,63 +105,57 @@ def _ledger_mark(settings) -> int:
 
 
 @task(task_id="announce")
-def announce(pipeline_name: str | None = None, upstream: str = "plan") -> dict:
+def announce(pipeline_name: str, upstream: str = "plan") -> dict:
     """The output asset's event, only when this run committed rows: empty runs, and plans a cleared run
     finds already committed, are skipped and emit nothing. Its extra says what was committed.
 
-    The ingest DAG lists the pipeline's asset as this task's outlet; the backfill DAG (its pipeline is a
-    parameter) adds it to the `eosflow_backfill` alias instead.
+    The ingest and backfill DAGs of a pipeline both list the pipeline's asset as this task's outlet.
     """
     import psycopg
 
     from eosflow import pipelines
     from eosflow.ledger import store
-    from eosflow_airflow.lineage import BACKFILL_ALIAS, output_asset
+    from eosflow_airflow.lineage import output_asset
 
     context = get_current_context()
-    name = pipeline_name or context["params"]["pipeline"]
     settings = EosflowHook().settings()
-    pipeline = pipelines.load(settings, name)
+    pipeline = pipelines.load(settings, pipeline_name)
     asset = output_asset(pipeline)
     mark = context["ti"].xcom_pull(task_ids=upstream, key="ledger_mark")  # pushed by plan or validate
     if mark is None:  # planned by an eosflow without marks (a run in flight through an upgrade)
         log.warning("no ledger mark from %s: counting every row this run committed", upstream)
         mark = 0
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        committed = store.committed_since(conn, name, context["run_id"], int(mark))
+        committed = store.committed_since(conn, pipeline_name, context["run_id"], int(mark))
     if committed.rows_written == 0:
         raise AirflowSkipException(
             f"no rows committed by this run ({committed.line()}): no event for asset {asset.uri}"
         )
     extra = {
-        "pipeline": name,
+        "pipeline": pipeline_name,
         "run_id": context["run_id"],
         "rows_written": committed.rows_written,
         "records_read": committed.records_read,
         "rows_rejected": committed.rows_rejected,
         "ranges": list(committed.ranges[:50]),  # a long backfill: the first 50
     }
-    if pipeline_name is None:
-        context["outlet_events"][BACKFILL_ALIAS].add(asset, extra=extra)
-    else:
-        context["outlet_events"][asset].extra = extra
+    context["outlet_events"][asset].extra = extra
     log.info("asset %s updated: %s", asset.uri, committed.line())
     return extra
 
 
 @task(task_id="verify")
-def verify(pipeline_name: str | None = None) -> dict:
+def verify(pipeline_name: str) -> dict:
     """Step 6: `dbt build` of the invariants I1-I6; a failure fails the run and says where. The marts are
     built by the pipeline's marts DAG, scheduled on the asset `announce` emits after this check."""
     from eosflow.verify import verify_pipeline
 
-    name = pipeline_name or get_current_context()["params"]["pipeline"]
-    result = verify_pipeline(EosflowHook().settings(), name, marts=False)
-    log.info("dbt build for pipeline %s:\n%s", name, result.table())
+    result = verify_pipeline(EosflowHook().settings(), pipeline_name, marts=False)
+    log.info("dbt build for pipeline %s:\n%s", pipeline_name, result.table())
     if not result.ok:
         first = result.failed[0] if result.failed else None
         raise AirflowFailException(
-            f"verification of pipeline {name} failed: "
+            f"verification of pipeline {pipeline_name} failed: "
             + (
                 " / ".join(line.strip() for line in first.describe().splitlines()[:2])
                 if first
@@ -164,7 +163,7 @@ def verify(pipeline_name: str | None = None) -> dict:
             )
             + f" ({len(result.failed)} check(s) failed in all)"
         )
-    return {"pipeline": name, "checks": len(result.checks)}
+    return {"pipeline": pipeline_name, "checks": len(result.checks)}
 
 
 def _max_mapped_tasks() -> int:
@@ -174,20 +173,34 @@ def _max_mapped_tasks() -> int:
     return conf.getint("core", "max_map_length", fallback=1024)
 
 
+def _refuse_another_pipeline(pipeline_name: str, asked: object) -> None:
+    """A conf naming a pipeline (as the one backfill DAG of earlier eosflow took it) must name this DAG's:
+    a tool still sending another name is told where to go, never served this pipeline instead."""
+    if asked is not None and asked != pipeline_name:
+        raise AirflowFailException(
+            f"{backfill_dag_id(pipeline_name)} backfills pipeline {pipeline_name!r} only, and its conf asks "
+            f"for {asked!r}: trigger {backfill_dag_id(str(asked))} for that one (the pipeline is the DAG's, "
+            "not a param); nothing was run"
+        )
+
+
 @task(task_id="validate")
-def validate_backfill() -> list[list[str]]:
+def validate_backfill(pipeline_name: str) -> list[list[str]]:
     """Check the whole backfill request before any Spark work; return one job argument list per chunk.
 
-    A dry run (param dry_run) checks and lists the chunks the same way, then returns none.
+    The pipeline is the DAG's own (eosflow_backfill_<pipeline>), never a param: triggering that DAG is
+    the right to replay that pipeline. A dry run (param dry_run) checks and lists the chunks the same
+    way, then returns none.
     """
     from eosflow.ledger.backfill import BackfillError, BackfillRequest
     from eosflow.runners import backfill_run
 
     context = get_current_context()
     params, run_id = context["params"], context["run_id"]
+    _refuse_another_pipeline(pipeline_name, (context["dag_run"].conf or {}).get("pipeline"))
     try:
         request = BackfillRequest(
-            params["pipeline"],
+            pipeline_name,
             params["mode"],
             BackfillRequest.parse_partitions(params.get("partitions")),
             params.get("from_offset"),

@@ -21,7 +21,6 @@ except ImportError:  # the fixture below fails with the fix; a missing browser m
 
 pytestmark = pytest.mark.integration
 
-DAG_ID = "eosflow_backfill"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -65,26 +64,30 @@ def page(browser):
     context.close()
 
 
-def run_ids(server, token: str) -> set[str]:
+def backfill_dag_id(pipeline_name: str) -> str:
+    return f"eosflow_backfill_{pipeline_name}"  # one per pipeline, its name fixed by the DAG
+
+
+def run_ids(server, dag_id: str, token: str) -> set[str]:
     code, body = server.request(
-        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns?order_by=-start_date&limit=100", token=token
+        "GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-start_date&limit=100", token=token
     )
     assert code == 200, body
     return {run["dag_run_id"] for run in body["dag_runs"]}
 
 
-def new_run(server, token: str, before: set[str], timeout: float = 60) -> dict:
+def new_run(server, dag_id: str, token: str, before: set[str], timeout: float = 60) -> dict:
     """The run the form created: the one that was not there before the click."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        fresh = run_ids(server, token) - before
+        fresh = run_ids(server, dag_id, token) - before
         if fresh:
             assert len(fresh) == 1, fresh
-            code, run = server.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{fresh.pop()}", token=token)
+            code, run = server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{fresh.pop()}", token=token)
             assert code == 200, run
             return run
         time.sleep(1)
-    raise AssertionError(f"no new {DAG_ID} run {timeout}s after the form was submitted")
+    raise AssertionError(f"no new {dag_id} run {timeout}s after the form was submitted")
 
 
 def log_in(page, server) -> None:
@@ -111,17 +114,18 @@ def open_section(dialog, title: str) -> None:
 
 
 def fill_backfill_form(page, pipeline_name: str):
-    """Open the Trigger dialog of the DAG page, fill the params; return the dialog."""
+    """Open the Trigger dialog of the pipeline's backfill DAG page, fill the params; return the dialog."""
     page.get_by_role("button", name="Trigger Dag").click()
     dialog = page.get_by_role("dialog").filter(
-        has=page.get_by_role("heading", name=f"Trigger Dag - {DAG_ID}")
+        has=page.get_by_role("heading", name=f"Trigger Dag - {backfill_dag_id(pipeline_name)}")
     )
     expect(dialog).to_be_visible()
     expect(dialog.get_by_role("radio", name="Single Run")).to_be_checked()
-    # Titles, not raw names; the params without a section ("Run Parameters") are open at first.
-    expect(dialog.get_by_role("combobox", name="Pipeline", exact=True)).to_be_visible()
+    # Titles, not raw names; the params without a section ("Run Parameters") are open at first. No
+    # pipeline to choose: the DAG is the pipeline's own.
+    expect(dialog.get_by_role("combobox", name="Mode", exact=True)).to_be_visible()
+    expect(dialog.get_by_role("combobox", name="Pipeline", exact=True)).to_have_count(0)
 
-    choose(page, dialog, "pipeline", "Pipeline", pipeline_name)
     choose(page, dialog, "mode", "Mode", "Replay: re-read and re-commit offsets already committed", "replay")
     # String params' labels are not tied to their inputs (no accessible name): use the input's name.
     partitions = dialog.locator("input[name=element_partitions]")
@@ -151,9 +155,10 @@ def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page)
     assert committed, ledger_before
     first, end = min(row[1] for row in committed), max(row[2] for row in committed)
 
+    dag_id = backfill_dag_id(pipeline.name)
     log_in(page, server)
-    page.goto(f"{server.base}/dags/{DAG_ID}")
-    expect(page.get_by_role("heading", name=DAG_ID)).to_be_visible()
+    page.goto(f"{server.base}/dags/{dag_id}")
+    expect(page.get_by_role("heading", name=dag_id)).to_be_visible()
     dialog = fill_backfill_form(page, pipeline.name)
     page.screenshot(path=str(ARTIFACTS / "airflow-backfill-form.png"), full_page=True)
 
@@ -163,15 +168,14 @@ def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page)
         "Trigger stays disabled while a param the form marks required is empty; a param that may be left "
         'empty needs type=["null", ...] in plugins/eosflow_airflow/dags.py (see the form screenshot)',
     ).to_be_enabled()
-    before = run_ids(server, token)
+    before = run_ids(server, dag_id, token)
     submit.click()
     expect(dialog).to_be_hidden()
-    run = new_run(server, token, before)
+    run = new_run(server, dag_id, token, before)
     run_id = run["dag_run_id"]
     conf = dict(run["conf"])
     assert not conf.pop("from_time", None) and not conf.pop("to_time", None), run["conf"]  # left empty
     assert conf == {
-        "pipeline": pipeline.name,
         "mode": "replay",
         "topic": None,  # left empty: the pipeline's only topic
         "partitions": "0",
@@ -181,9 +185,9 @@ def test_backfill_triggered_from_the_browser_form_succeeds(airflow_server, page)
         "dry_run": False,
     }, json.dumps(run["conf"])
 
-    assert server.wait_for_run(DAG_ID, run_id) == "success", server.log_tail()
+    assert server.wait_for_run(dag_id, run_id) == "success", server.log_tail()
 
-    page.goto(f"{server.base}/dags/{DAG_ID}/runs/{run_id}")
+    page.goto(f"{server.base}/dags/{dag_id}/runs/{run_id}")
     title = page.get_by_role("heading", name=run_id, exact=True)
     expect(title).to_be_visible()
     # The run's state badge sits beside its title (the task instances below have badges of their own).

@@ -74,10 +74,9 @@ def test_backfill_dag_fails_fast_on_an_invalid_request(case, airflow_db):
 
     case.produce(100, seed=402, partitions=1)
     case.ingest()
-    dag = build_backfill_dag({case.name: case.pipeline})
+    dag = build_backfill_dag(case.pipeline)
     run = dag.test(
         run_conf={
-            "pipeline": case.name,
             "mode": "replay",
             "partitions": "0",
             "from_offset": 50,
@@ -90,15 +89,32 @@ def test_backfill_dag_fails_fast_on_an_invalid_request(case, airflow_db):
     assert not any(k.startswith("spark_chunk") and v == "success" for k, v in states.items())  # no Spark work
 
 
+def test_a_backfill_dag_replays_its_own_pipeline_only_and_refuses_a_conf_naming_another(case, airflow_db):
+    """Who may trigger eosflow_backfill_<pipeline> may replay that pipeline: a conf still naming a pipeline
+    (as the single backfill DAG of earlier eosflow took it) must name the DAG's own."""
+    from eosflow_airflow.dags import build_backfill_dag
+
+    case.produce(100, seed=407, partitions=1)
+    case.ingest()
+    ledger = case.ledger()
+    dag = build_backfill_dag(case.pipeline)
+    assert dag.dag_id == f"eosflow_backfill_{case.name}" and "pipeline" not in dag.params
+    conf = {"mode": "replay", "partitions": "0", "dry_run": True}
+    run = dag.test(run_conf=conf | {"pipeline": "orders"})
+    assert str(run.state) == "failed" and _states(run)["validate"] == "failed"
+    run = dag.test(run_conf=conf | {"pipeline": case.name})  # its own: as if not named
+    assert str(run.state) == "success", _states(run)
+    assert case.ledger() == ledger
+
+
 def test_backfill_dag_replays_a_range_in_chunks(case, airflow_db):
     from eosflow_airflow.dags import build_backfill_dag
 
     case.produce(300, seed=403, partitions=1)
     case.ingest()
     case.write_config(transform_version="v2")
-    run = build_backfill_dag({case.name: case.pipeline}).test(
+    run = build_backfill_dag(case.pipeline).test(
         run_conf={
-            "pipeline": case.name,
             "mode": "replay",
             "partitions": "0",
             "from_offset": 0,
@@ -143,9 +159,8 @@ def test_a_backfill_dry_run_lists_the_chunks_and_commits_nothing(case, airflow_d
     case.write_config(transform_version="v2")
     ledger = case.ledger()
     plans = case.query("select count(*) from eosflow.plans where pipeline = %s", case.name)
-    run = build_backfill_dag({case.name: case.pipeline}).test(
+    run = build_backfill_dag(case.pipeline).test(
         run_conf={
-            "pipeline": case.name,
             "mode": "replay",
             "partitions": "0",
             "from_offset": 0,
@@ -201,8 +216,8 @@ def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airf
     try:
         case.produce(100, seed=406, partitions=1)
         case.ingest()
-        run = build_backfill_dag({case.name: case.pipeline}).test(
-            run_conf={"pipeline": case.name, "mode": "replay", "partitions": "0", "to_offset": 500}
+        run = build_backfill_dag(case.pipeline).test(
+            run_conf={"mode": "replay", "partitions": "0", "to_offset": 500}
         )
     finally:
         server.shutdown()
@@ -210,7 +225,7 @@ def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airf
     assert str(run.state) == "failed" and _states(run)["validate"] == "failed"
     [alert] = received  # one task failed; the ones it kept from running do not alert
     assert {k: alert[k] for k in ("dag_id", "task_id", "run_id", "map_index")} == {
-        "dag_id": "eosflow_backfill",
+        "dag_id": f"eosflow_backfill_{case.name}",
         "task_id": "validate",
         "run_id": run.run_id,
         "map_index": -1,
@@ -219,7 +234,7 @@ def test_a_failed_task_posts_its_one_line_reason_to_the_alert_webhook(case, airf
         f"backfill of {case.name} refused, nothing was run: {case.topic}[0]: [0, 500) was never committed; "
         "committed offsets are [0, 100)"
     )
-    assert f"/dags/eosflow_backfill/runs/{quote(run.run_id)}/tasks/validate" in alert["log_url"]
+    assert f"/dags/eosflow_backfill_{case.name}/runs/{quote(run.run_id)}/tasks/validate" in alert["log_url"]
 
 
 def test_the_health_dag_fails_when_records_wait_and_nothing_committed_for_n_intervals(

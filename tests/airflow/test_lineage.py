@@ -58,17 +58,15 @@ def test_the_ingest_dag_emits_its_table_only_when_a_run_committed_rows(case, air
     assert len(_events(uri)) == 1
 
 
-def test_a_backfill_replay_emits_the_table_through_the_backfill_alias_and_a_dry_run_does_not(
-    case, airflow_db
-):
+def test_a_backfill_replay_emits_its_pipeline_s_table_and_a_dry_run_does_not(case, airflow_db):
     from eosflow_airflow.dags import build_backfill_dag
     from eosflow_airflow.lineage import output_asset
 
     uri = output_asset(case.pipeline).uri
     case.produce(200, seed=602, partitions=1)
     case.ingest()
-    dag = build_backfill_dag({case.name: case.pipeline})
-    conf = {"pipeline": case.name, "mode": "replay", "partitions": "0", "chunk_size": 100}
+    dag = build_backfill_dag(case.pipeline)
+    conf = {"mode": "replay", "partitions": "0", "chunk_size": 100}
 
     dry = dag.test(run_conf=conf | {"dry_run": True})
     assert str(dry.state) == "success" and _state(dry, "announce") == "skipped"
@@ -77,7 +75,7 @@ def test_a_backfill_replay_emits_the_table_through_the_backfill_alias_and_a_dry_
     replay = dag.test(run_conf=conf | {"dry_run": False})  # dag.test keeps the last run's conf
     assert str(replay.state) == "success", [(t.task_id, t.state) for t in replay.get_task_instances()]
     (event,) = _events(uri)
-    assert event["dag"] == "eosflow_backfill"
+    assert event["dag"] == f"eosflow_backfill_{case.name}"  # its own DAG, no alias between
     assert event["extra"]["rows_written"] == 200 and all(
         r.endswith("replay") for r in event["extra"]["ranges"]
     )

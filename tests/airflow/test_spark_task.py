@@ -161,9 +161,9 @@ def test_a_backfill_with_more_chunks_than_airflow_maps_is_refused_naming_a_size_
     monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "4")
     case.produce(100, seed=403, partitions=1)
     case.ingest()
-    dag = task_outcomes.watch(build_backfill_dag({case.name: case.pipeline}))
+    dag = task_outcomes.watch(build_backfill_dag(case.pipeline))
     run = dag.test(
-        run_conf={"pipeline": case.name, "mode": "replay", "partitions": "0", "from_offset": 0,
+        run_conf={"mode": "replay", "partitions": "0", "from_offset": 0,
                   "to_offset": 100, "chunk_size": 10}
     )  # fmt: skip
     assert _states(run)["validate"] == "failed" and _tries(run, "validate") == 1

@@ -11,14 +11,14 @@ pytestmark = pytest.mark.integration
 
 
 def test_the_ui_is_served_and_only_the_right_password_logs_in(airflow_server):
-    server, _ = airflow_server
+    server, pipeline = airflow_server
     code, page = server.request("GET", "/api/v2/monitor/health")
     assert code == 200 and page["metadatabase"]["status"] == "healthy"
     wrong = server.request("POST", "/auth/token", {"username": "admin", "password": "wrong"})
     assert wrong[0] in (401, 403)
     code, dags = server.request("GET", "/api/v2/dags", token=server.token())
     assert code == 200
-    assert {d["dag_id"] for d in dags["dags"]} >= {"eosflow_backfill"}
+    assert {d["dag_id"] for d in dags["dags"]} >= {f"eosflow_backfill_{pipeline.name}"}
 
 
 def test_a_backfill_dry_run_triggered_through_the_rest_api_succeeds_and_writes_nothing(airflow_server):
@@ -28,18 +28,18 @@ def test_a_backfill_dry_run_triggered_through_the_rest_api_succeeds_and_writes_n
     token = server.token()
     ledger = pipeline.ledger()
     conf = {
-        "pipeline": pipeline.name,
         "mode": "replay",
         "partitions": "all",
         "chunk_size": 200,
         "dry_run": True,
     }
+    dag_id = f"eosflow_backfill_{pipeline.name}"  # the pipeline's own: its DAG is the right to replay it
     code, run = server.request(
-        "POST", "/api/v2/dags/eosflow_backfill/dagRuns", {"logical_date": None, "conf": conf}, token=token
+        "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf}, token=token
     )
     assert code in (200, 201), run
     assert run["conf"] == conf, run
-    assert server.wait_for_run("eosflow_backfill", run["dag_run_id"]) == "success", server.log_tail()
+    assert server.wait_for_run(dag_id, run["dag_run_id"]) == "success", server.log_tail()
     assert pipeline.ledger() == ledger
     assert pipeline.violations() == []
 

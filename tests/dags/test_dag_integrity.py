@@ -19,14 +19,17 @@ def dagbag():
 
 def test_every_dag_file_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert {"eosflow_backfill", "eosflow_ingest_orders", "eosflow_compact"} <= set(dagbag.dag_ids)
+    assert {"eosflow_backfill_orders", "eosflow_ingest_orders", "eosflow_compact"} <= set(dagbag.dag_ids)
 
 
-def test_one_ingest_dag_per_configured_pipeline(dagbag, settings):
+def test_one_ingest_dag_and_one_backfill_dag_per_configured_pipeline(dagbag, settings):
+    """A backfill DAG per pipeline: Airflow's per-DAG permissions say who may replay which pipeline."""
     from eosflow.pipelines import load_all
 
-    ingest = {d for d in dagbag.dag_ids if d.startswith("eosflow_ingest_")}
-    assert ingest == {f"eosflow_ingest_{name}" for name in load_all(settings)}
+    for kind in ("ingest", "backfill"):
+        found = {d for d in dagbag.dag_ids if d.startswith(f"eosflow_{kind}_")}
+        assert found == {f"eosflow_{kind}_{name}" for name in load_all(settings)}
+    assert "eosflow_backfill" not in dagbag.dag_ids  # no DAG replays any pipeline named in its form
 
 
 def test_every_dag_has_tags_and_every_task_retries_at_least_twice(dagbag):
@@ -73,8 +76,12 @@ def test_the_marts_dag_is_scheduled_on_the_table_and_the_publisher_on_the_mart(d
     assert mart.uri == f"{where}/analytics/orders_published"
     kafka = settings.bootstrap_servers.split(",")[0]
     assert [a.uri for a in publish.get_task("publish").outlets] == [f"kafka://{kafka}/orders.published"]
-    backfill = dagbag.dags["eosflow_backfill"]
-    assert [a.name for a in backfill.get_task("announce").outlets] == ["eosflow_backfill"]  # an alias
+    # A backfill announces its own pipeline's output, as the ingest DAG does (no alias: the DAG names it).
+    backfill = dagbag.dags["eosflow_backfill_orders"]
+    assert (
+        backfill.get_task("announce").outlets
+        == dagbag.dags["eosflow_ingest_orders"].get_task("announce").outlets
+    )
 
 
 def test_dag_files_do_no_network_or_database_io_at_import(monkeypatch):
@@ -96,7 +103,7 @@ def test_both_dags_run_spark_through_eosflows_operator(dagbag):
     from eosflow_airflow.spark import EosflowSparkSubmitOperator
 
     ingest = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
-    chunk = dagbag.dags["eosflow_backfill"].get_task("spark_chunk")
+    chunk = dagbag.dags["eosflow_backfill_orders"].get_task("spark_chunk")
     assert isinstance(ingest, EosflowSparkSubmitOperator)
     assert chunk.operator_class is EosflowSparkSubmitOperator  # a mapped task
 
@@ -231,15 +238,16 @@ def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_che
 
 # -- The backfill form ----------------------------------------------------------------------------------
 def test_the_backfill_form_has_titles_and_sections(dagbag):
-    params = dagbag.dags["eosflow_backfill"].params
+    params = dagbag.dags["eosflow_backfill_orders"].params
     schemas = {name: params.get_param(name).schema for name in params}
     assert all(s.get("title") and s["title"] != name for name, s in schemas.items())  # not the raw name
     sections: dict[str | None, list[str]] = {}
     for name, schema in schemas.items():
         sections.setdefault(schema.get("section"), []).append(name)
     assert sections == {
-        # No section: Airflow's "Run Parameters", the one open when the Trigger dialog opens.
-        None: ["pipeline", "mode", "partitions", "dry_run"],
+        # No section: Airflow's "Run Parameters", the one open when the Trigger dialog opens. No pipeline:
+        # the DAG is the pipeline's own.
+        None: ["mode", "partitions", "dry_run"],
         "Range by offset (empty: everything)": ["from_offset", "to_offset"],
         "Range by time (instead of offsets)": ["from_time", "to_time"],
         "Topic and chunk size": ["topic", "chunk_size"],
@@ -249,7 +257,7 @@ def test_the_backfill_form_has_titles_and_sections(dagbag):
 
 
 def test_the_backfill_time_bounds_are_date_time_pickers_that_may_stay_empty(dagbag):
-    params = dagbag.dags["eosflow_backfill"].params
+    params = dagbag.dags["eosflow_backfill_orders"].params
     for name in ("from_time", "to_time"):
         param = params.get_param(name)
         assert param.schema["format"] == "date-time"
@@ -260,7 +268,7 @@ def test_the_backfill_time_bounds_are_date_time_pickers_that_may_stay_empty(dagb
 
 
 def test_the_backfill_dry_run_is_a_switch_off_by_default(dagbag):
-    param = dagbag.dags["eosflow_backfill"].params.get_param("dry_run")
+    param = dagbag.dags["eosflow_backfill_orders"].params.get_param("dry_run")
     assert param.value is False and param.schema["type"] == "boolean"
     assert "nothing is committed" in param.description
 
@@ -268,7 +276,7 @@ def test_the_backfill_dry_run_is_a_switch_off_by_default(dagbag):
 def test_the_backfill_form_serializes_with_its_titles_sections_and_formats(dagbag):
     from airflow.serialization.serialized_objects import DagSerialization
 
-    again = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["eosflow_backfill"]))
+    again = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.dags["eosflow_backfill_orders"]))
     from_time = again.params.get_param("from_time").schema
     assert (from_time["format"], from_time["title"], from_time["section"]) == (  # as the UI gets them
         "date-time",
@@ -292,7 +300,7 @@ def test_spark_tasks_time_out_after_two_hours_by_default(dagbag):
     from datetime import timedelta
 
     ingest = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
-    chunk = dagbag.dags["eosflow_backfill"].get_task("spark_chunk")
+    chunk = dagbag.dags["eosflow_backfill_orders"].get_task("spark_chunk")
     assert ingest.execution_timeout == timedelta(hours=2)
     assert chunk.partial_kwargs["execution_timeout"] == timedelta(hours=2)  # a mapped task
 

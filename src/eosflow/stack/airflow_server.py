@@ -112,16 +112,19 @@ def start(
             raise AirflowServerError(f"airflow standalone exited during start-up:\n{server.log_tail()}")
         try:
             code, _ = server.request("GET", "/api/v2/monitor/health")
-            if (
-                code == 200
-                and server.request("GET", "/api/v2/dags/eosflow_backfill", token=server.token())[0] == 200
-            ):
+            if code == 200 and _backfill_dags_parsed(server):
                 return server
         except (OSError, AirflowServerError):
             pass
         time.sleep(2)
     stop(server)
     raise AirflowServerError(f"airflow standalone not ready in {timeout}s:\n{server.log_tail()}")
+
+
+def _backfill_dags_parsed(server: AirflowServer) -> bool:
+    """The DAG files are parsed once a pipeline's backfill DAG (eosflow_backfill_<pipeline>) is listed."""
+    code, body = server.request("GET", "/api/v2/dags?dag_id_pattern=eosflow_backfill_", token=server.token())
+    return code == 200 and body.get("total_entries", 0) > 0
 
 
 def stop(server: AirflowServer) -> None:
