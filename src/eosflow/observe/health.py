@@ -119,11 +119,11 @@ class PublisherHealth:
     publisher: str
     held: int  # committed rows after the position that wait for older transactions to end
     blocked_s: float | None  # the oldest open transaction's age (None: none this role can see)
-    blockers: tuple[str, ...]  # the oldest open transactions, one line each (outbox.blocking_transactions)
+    blockers: tuple[str, ...]  # the oldest open transactions, one line each (eosflow.open_transactions)
     stale_after_s: float
     position: str | None = None  # the last published row, "xid/id" (None: nothing published yet)
     unseen: str | None = None  # what this role cannot read, and the grant that lets it
-    counted: bool = True  # False: this role cannot read the outbox (the view's reader without its grant)
+    counted: bool = True  # False: this role cannot count the outbox's rows (eosflow.outbox_waiting)
 
     @property
     def judged(self) -> bool:
@@ -138,10 +138,8 @@ class PublisherHealth:
             return f"publisher {self.publisher}: not judged: {self.unseen}"
         if self.held == 0:
             return f"publisher {self.publisher}: no committed row waits: healthy"
-        who = "; ".join(self.blockers) or (
-            self.unseen
-            or "no open transaction is visible to this role (grant it pg_read_all_stats to see them)"
-        )
+        seen = [*self.blockers, *([self.unseen] if self.unseen else [])]
+        who = "; ".join(seen) or "no transaction is open now (the next read takes them)"
         if self.ok:
             return f"publisher {self.publisher}: {self.held:,} committed row(s) wait for: {who}: healthy"
         return (
@@ -161,54 +159,92 @@ def check_publisher(settings: Settings, name: str, stale_after_s: float) -> Publ
         return publisher_health(conn, settings.kafka, publisher, stale_after_s)
 
 
+# What the read-only role may call (migration 012), never the outbox or pg_stat_activity's query text.
+WAITING = "eosflow.outbox_waiting(text,xid8)"
+OPEN_TRANSACTIONS = "eosflow.open_transactions(double precision)"
+SHOWN = 5  # the oldest open transactions named
+
+
 def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: float) -> PublisherHealth:
     """How many of a publisher's committed rows an open transaction holds back, and which transaction;
-    as any role: what it cannot read (the outbox table, other sessions' transactions) it names, with the
-    grant that lets it."""
+    as any role that may call eosflow's two functions (the view's reader may; it reads neither the outbox
+    nor other sessions' queries). What it cannot see it names, with the grant that lets it."""
     from eosflow.ledger import outbox_position
-    from eosflow.sources import outbox
 
     name = publisher.name
     role = conn.execute("select current_user").fetchone()[0]
-    try:
-        with conn.transaction():
-            if not outbox.has_position_column(conn, publisher):  # never published: nothing waits
-                return PublisherHealth(name, 0, None, (), stale_after_s)
-    except psycopg.errors.InsufficientPrivilege:
-        return PublisherHealth(name, 0, None, (), stale_after_s, None, _grant(conn, publisher, role), False)
+    if cannot := _cannot_call(conn, WAITING, role):
+        return PublisherHealth(name, 0, None, (), stale_after_s, None, cannot, False)
+    if _waiting(conn, name, None) is None:  # never published: nothing waits
+        return PublisherHealth(name, 0, None, (), stale_after_s)
     if publisher.delivery == "exactly_once":
         current = outbox_position.read(kafka, publisher)
     else:
         current = outbox_position.read_stored(conn, publisher)
     position = None if current is None else f"{current.xid}/{current.id}"
-    try:
-        with conn.transaction():
-            held = outbox.held_back(conn, publisher, current)
-    except psycopg.errors.InsufficientPrivilege:
-        return PublisherHealth(
-            name, 0, None, (), stale_after_s, position, _grant(conn, publisher, role), False
+    held = _waiting(conn, name, None if current is None else current.xid) or 0
+    if cannot := _cannot_call(conn, OPEN_TRANSACTIONS, role):
+        return PublisherHealth(name, held, None, (), stale_after_s, position, cannot)
+    found = conn.execute(
+        "select pid, gid, database, username, application_name, state, age_s "
+        "from eosflow.open_transactions() limit %s",
+        (SHOWN,),
+    ).fetchall()
+    age = found[0][6] if found else None  # oldest first; NULL ages (hidden from the owner) last
+    blockers = tuple(_blocker(*row) for row in found) if held else ()
+    return PublisherHealth(name, held, age, blockers, stale_after_s, position, _hidden_sessions(conn))
+
+
+def _waiting(conn, publisher: str, after_xid: int | None) -> int | None:
+    return conn.execute(
+        "select eosflow.outbox_waiting(%s, %s::text::xid8)",
+        (publisher, None if after_xid is None else str(after_xid)),
+    ).fetchone()[0]
+
+
+def _cannot_call(conn, function: str, role: str) -> str | None:
+    """Why `role` cannot call one of eosflow's functions, with the fix; None when it can."""
+    found, may = conn.execute(
+        "select to_regprocedure(%s) is not null, has_function_privilege(to_regprocedure(%s), 'execute')",
+        (function, function),
+    ).fetchone()
+    if not found:
+        return (
+            f"this warehouse has no {function}, or {role} may not use schema eosflow: eosflow's migrations "
+            "apply it (any `eosflow ingest` or `eosflow publish`); docs/readonly-role.sql grants the schema"
         )
-    (sees_all,) = conn.execute(
-        "select rolsuper or pg_has_role(current_user, 'pg_read_all_stats', 'member') from pg_roles "
-        "where rolname = current_user"
+    if not may:
+        return f"{role} may not call {function}: GRANT EXECUTE ON FUNCTION {function} TO {role}"
+    return None
+
+
+def _hidden_sessions(conn) -> str | None:
+    """What eosflow.open_transactions cannot tell when its owner may not see other roles' sessions."""
+    owner, sees_all = conn.execute(
+        "select r.rolname, r.rolsuper or pg_has_role(r.oid, 'pg_read_all_stats', 'usage') "
+        "from pg_proc p join pg_roles r on r.oid = p.proowner where p.oid = to_regprocedure(%s)",
+        (OPEN_TRANSACTIONS,),
     ).fetchone()
-    unseen = (
-        None
-        if sees_all
-        else (f"{role} sees only its own sessions' transactions: GRANT pg_read_all_stats TO {role}")
+    if sees_all:
+        return None
+    return (
+        f"{owner}, which {OPEN_TRANSACTIONS} runs as, sees other roles' open transactions without their "
+        f"state and age: GRANT pg_read_all_stats TO {owner}"
     )
-    (age,) = conn.execute(
-        "select max(age) from (select extract(epoch from now() - xact_start)::float8 as age "
-        "from pg_stat_activity where backend_xid is not null and pid <> pg_backend_pid() union all "
-        "select extract(epoch from now() - prepared)::float8 from pg_prepared_xacts) open"
-    ).fetchone()
-    blockers = tuple(outbox.blocking_transactions(conn)) if held else ()
-    return PublisherHealth(name, held, age, blockers, stale_after_s, position, unseen)
 
 
-def _grant(conn, publisher, role: str) -> str:
-    from eosflow.sources import outbox
-
-    return f"{role} cannot read {publisher.table}: " + "; ".join(
-        outbox.reader_grants(conn, publisher.table, role)
-    )
+def _blocker(
+    pid: int | None,
+    gid: str | None,
+    database: str,
+    user: str,
+    application: str | None,
+    state: str | None,
+    age_s: float | None,
+) -> str:
+    """One open transaction as the view, the health DAG and the troubleshooting page name it."""
+    if gid is not None:
+        return f"prepared transaction {gid!r} (database {database}, prepared {age_s:,.0f}s ago)"
+    app = f", application {application}" if application else ""
+    held = "state and age hidden" if age_s is None else f"{state}, open {age_s:,.0f}s"
+    return f"pid {pid} (database {database}, user {user}{app}, {held})"

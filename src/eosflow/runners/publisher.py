@@ -106,8 +106,11 @@ def publish(
 
     started = time.monotonic()
     summary = PublishSummary(publisher.name)
+    # eosflow's tables first: the outbox is recorded in eosflow.publishers (for the view's count of its
+    # waiting rows), and an at_least_once publisher keeps its position in eosflow.publish_positions.
+    migrate(settings.warehouse_dsn, log=log)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        id_type = outbox.prepare(conn, publisher, log, reader=settings.pg_reader_user)
+        id_type = outbox.prepare(conn, publisher, log)
         outbox.configure_reads(conn)
         encode = row_encoder(conn, settings, publisher)  # a registered schema first: refused before any write
         position.ensure_topics(settings.kafka, publisher, log)
@@ -131,7 +134,6 @@ def publish(
             producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
             current = position.read(settings.kafka, publisher)  # only after the fencing
         else:
-            migrate(settings.warehouse_dsn, log=log)
             current = position.read_stored(conn, publisher)
         _refuse_a_position_from_the_future(conn, publisher, current)
         summary.started_at = current

@@ -59,10 +59,9 @@ def prepare(
     conn: psycopg.Connection,
     publisher: Publisher,
     log: Callable[[str], None] = print,
-    reader: str | None = None,
 ) -> str:
-    """Check the outbox, and give it the position column (and its index) if it has none yet; let the
-    read-only `reader` role (the Airflow view's) count its waiting rows.
+    """Check the outbox, and give it the position column (and its index) if it has none yet; record it as
+    this publisher's, for the count of its waiting rows the Airflow view asks for (eosflow.outbox_waiting).
 
     Returns the id column's type. Rows that exist when the column is added get the id of the
     transaction that adds it: they are published as if inserted then.
@@ -115,45 +114,29 @@ def prepare(
         log(f"added {XID_COLUMN} (the inserting transaction's id) and its index to {publisher.table}")
     elif columns[XID_COLUMN] != "xid8":
         raise PipelineConfigError(f"{publisher.table}.{XID_COLUMN} is {columns[XID_COLUMN]}, not xid8")
-    if reader is not None:
-        _let_read(conn, publisher, reader, log)
+    _record(conn, publisher, log)
     return columns[publisher.id_column]
 
 
-def _let_read(
-    conn: psycopg.Connection, publisher: Publisher, reader: str, log: Callable[[str], None]
-) -> None:
-    """Let the reader role, if it exists, read the outbox (a dbt rebuild of the table drops the grant)."""
-    schema, table = publisher.table.split(".")
-    lacks = conn.execute(
-        "select not has_schema_privilege(rolname, %s, 'usage'), "
-        "not has_schema_privilege(rolname, %s, 'usage') or not has_table_privilege(rolname, %s, 'select') "
-        "from pg_roles where rolname = %s",
-        (schema, schema, publisher.table, reader),
-    ).fetchone()
-    if not lacks or not lacks[1]:
-        return
-    grants = reader_grants(conn, publisher.table, reader)[0 if lacks[0] else 1 :]
-    try:
-        with conn.transaction():
-            for grant in grants:
-                conn.execute(grant)
-    except psycopg.errors.InsufficientPrivilege:
+def _record(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str], None]) -> None:
+    """Record which table is this publisher's outbox: the view's read-only role counts its waiting rows
+    through eosflow.outbox_waiting, which looks the table up here (the reader names a publisher, and may
+    read no outbox)."""
+    if conn.execute("select to_regclass('eosflow.publishers') is null").fetchone()[0]:
         log(
-            f"publisher {publisher.name}: the view's role {reader} cannot read {publisher.table}, and this "
-            f"role may not grant it: run `{'; '.join(grants)}` as the owner to see waiting rows in the view"
+            f"publisher {publisher.name}: eosflow's migrations have not run on this warehouse: the view "
+            "cannot count its waiting rows until they have (`eosflow publish` applies them)"
         )
-
-
-def reader_grants(conn: psycopg.Connection, table: str, reader: str) -> list[str]:
-    """What a read-only role needs to count an outbox's waiting rows (quoted as Postgres would)."""
-    schema, name = table.split(".")
-    row = conn.execute(
-        "select format('GRANT USAGE ON SCHEMA %%I TO %%I', %s::text, %s::text), "
-        "format('GRANT SELECT ON %%I.%%I TO %%I', %s::text, %s::text, %s::text)",
-        (schema, reader, schema, name, reader),
-    ).fetchone()
-    return list(row.values()) if isinstance(row, dict) else list(row)
+        return
+    schema, table = publisher.table.split(".")
+    conn.execute(
+        "insert into eosflow.publishers (publisher, outbox_schema, outbox_table) values (%s, %s, %s) "
+        "on conflict (publisher) do update set outbox_schema = excluded.outbox_schema, "
+        "outbox_table = excluded.outbox_table, recorded_at = now() "
+        "where (publishers.outbox_schema, publishers.outbox_table) "
+        "is distinct from (excluded.outbox_schema, excluded.outbox_table)",
+        (publisher.name, schema, table),
+    )
 
 
 def _refuse_an_id_that_can_repeat(conn: psycopg.Connection, publisher: Publisher) -> None:

@@ -257,9 +257,12 @@ class PostgresService:
                     sql.Literal(self.s.pg_reader_password),
                 )
             )
-            # To name the open transactions that hold a publisher back (pg_stat_activity shows other
-            # roles' sessions only to members of pg_read_all_stats): statistics, no data.
-            conn.execute(sql.SQL("grant pg_read_all_stats to {}").format(reader))
+            # The reader names the open transactions that hold a publisher back through
+            # eosflow.open_transactions, which runs as eosflow's role: pg_stat_activity shows other roles'
+            # sessions' state and age only to members of pg_read_all_stats, so the owner is one, and the
+            # reader, which would see every session's query text, is not (a stack made before: revoked).
+            conn.execute(sql.SQL("grant pg_read_all_stats to {}").format(role))
+            conn.execute(sql.SQL("revoke pg_read_all_stats from {}").format(reader))
             if not conn.execute(
                 "select 1 from pg_database where datname = %s", (self.s.pg_database,)
             ).fetchone():
