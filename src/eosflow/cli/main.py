@@ -25,6 +25,9 @@ def cmd_stack(args: argparse.Namespace) -> int:
     from eosflow.stack import process
 
     s = settings_mod.load()
+    if args.update_lock and args.action != "fetch":
+        _log("--update-lock goes with `eosflow stack fetch` only")
+        return 2
     if args.action == "up":
         stack.up(s, log=_log)
         args.action = "status"
@@ -35,7 +38,7 @@ def cmd_stack(args: argparse.Namespace) -> int:
         stack.reset(s, log=_log)
         return 0
     if args.action == "fetch":
-        stack.fetch(s, log=_log)
+        stack.fetch(s, log=_log, update_lock=args.update_lock)
         return 0
     if args.action == "logs":
         for svc in stack.services(s):
@@ -274,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         "service", nargs="?", choices=["kafka", "postgres", "registry"], help="with logs: only this one"
     )
     p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
+    p.add_argument(
+        "--update-lock",
+        action="store_true",
+        help="with fetch: fetch every jar afresh and record its SHA-256 in infra/jars.sha256 (after a POM "
+        "change; review the lock's diff before committing it)",
+    )
     p.set_defaults(func=cmd_stack)
 
     p = sub.add_parser("produce", help="write a seeded event stream to Kafka with chosen delivery settings")

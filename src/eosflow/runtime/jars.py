@@ -2,6 +2,12 @@
 
 Two separate classpaths: the Kafka broker's, and the jars handed to Spark (connector + JDBC driver).
 They disagree on Scala and Jackson versions and must never be mixed.
+
+Trust: mvn runs with --strict-checksums (a download whose checksum does not match fails, where Maven's
+default only warns), and every jar's SHA-256 is recorded in infra/jars.sha256 (`sha256sum` format, paths
+under the cache folder). The jars are checked against it after each fetch and whenever fetch finds them
+already there: a changed, extra or missing jar is refused. After a deliberate change to a POM,
+`eosflow stack fetch --update-lock` fetches afresh and rewrites the lock; review its diff before committing.
 """
 
 from __future__ import annotations
@@ -22,46 +28,155 @@ _GOALS = {"registry": ["dependency:unpack"]}
 _COPY = ["dependency:copy-dependencies", "-DincludeScope=runtime"]
 
 
+LOCK = "infra/jars.sha256"
+UPDATE_LOCK = "eosflow stack fetch --update-lock"
+
+
 def _pom(settings: Settings, name: str) -> Path:
     return settings.root / "infra" / "maven" / name / "pom.xml"
 
 
-def _fingerprint(pom: Path) -> str:
-    return hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
+def _lock(settings: Settings) -> Path:
+    return settings.root / LOCK
+
+
+def _fingerprint(settings: Settings, name: str) -> str:
+    """The POM and this set's lines of the lock: a change to either fetches the set again."""
+    digest = hashlib.sha256(_pom(settings, name).read_bytes())
+    for path, sha in sorted(locked(settings, name).items()):
+        digest.update(f"{sha}  {path}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def folder(settings: Settings, name: str) -> Path:
     return settings.jars_dir / name
 
 
+def locked(settings: Settings, name: str) -> dict[str, str]:
+    """The lock's jars of one set: path under the set's folder -> SHA-256."""
+    found = {}
+    lock = _lock(settings)
+    lines = lock.read_text().splitlines() if lock.exists() else []
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            sha, path = line.split("  ", 1)
+            if path.startswith(f"{name}/"):
+                found[path.removeprefix(f"{name}/")] = sha
+    return found
+
+
+def hashed(settings: Settings, name: str) -> dict[str, str]:
+    """The jars in one set's folder (and its subfolders): path under the folder -> SHA-256."""
+    target = folder(settings, name)
+    return {jar.relative_to(target).as_posix(): _sha256(jar) for jar in sorted(target.rglob("*.jar"))}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(settings: Settings, name: str) -> None:
+    """Refuse the set unless its folder holds exactly the lock's jars, each with the lock's SHA-256."""
+    if not _lock(settings).exists():
+        raise StackError(
+            f"{_lock(settings)} is missing, so the {name} jars in {folder(settings, name)} cannot be "
+            "checked; not using them. It comes with eosflow's repository, beside infra/maven/: run eosflow "
+            "from the checkout, or set EOSFLOW_HOME to it"
+        )
+    want, have = locked(settings, name), hashed(settings, name)
+    wrong = [
+        f"{p}: changed (SHA-256 {have[p]}, locked {want[p]})"
+        for p in have
+        if p in want and have[p] != want[p]
+    ]
+    wrong += [f"{p}: not in {LOCK}" for p in have if p not in want]
+    wrong += [f"{p}: missing" for p in want if p not in have]
+    if wrong:
+        shown = "\n  ".join(wrong[:10]) + (f"\n  ... and {len(wrong) - 10} more" if len(wrong) > 10 else "")
+        raise StackError(
+            f"the {name} jars in {folder(settings, name)} are not the ones {LOCK} records; not using them:\n"
+            f"  {shown}\n"
+            f"If you did not change infra/maven/{name}/pom.xml, something changed the jars (or Maven's "
+            f"cache, ~/.m2): remove {folder(settings, name)} and run `eosflow stack fetch`. If you changed "
+            f"the POM on purpose, `{UPDATE_LOCK}` fetches afresh and records the new jars: review the diff "
+            f"of {LOCK} before committing it."
+        )
+
+
 def is_fetched(settings: Settings, name: str) -> bool:
     marker = folder(settings, name) / ".fetched"
-    return marker.exists() and marker.read_text().strip() == _fingerprint(_pom(settings, name))
+    return marker.exists() and marker.read_text().strip() == _fingerprint(settings, name)
 
 
-def fetch(settings: Settings, name: str, log=print) -> Path:
-    """Copy the POM's runtime dependencies into the cache; a no-op when the POM has not changed."""
+def mark_fetched(settings: Settings, name: str) -> None:
+    (folder(settings, name) / ".fetched").write_text(_fingerprint(settings, name) + "\n")
+
+
+def mvn_command(settings: Settings, name: str, mvn: str, target: Path) -> list[str]:
+    """mvn for one POM, with --strict-checksums: a download whose checksum does not match fails."""
+    goals = _GOALS.get(name, _COPY)
+    return [
+        mvn,
+        "-B",
+        "-q",
+        "--strict-checksums",
+        "-f",
+        str(_pom(settings, name)),
+        *goals,
+        f"-DoutputDirectory={target}",
+    ]
+
+
+def fetch(settings: Settings, name: str, log=print, update_lock: bool = False) -> Path:
+    """Copy the POM's runtime dependencies into the cache and check them against the lock; when the
+    POM and the lock have not changed, only the check. `update_lock`: fetch afresh, record what came."""
     target = folder(settings, name)
-    if is_fetched(settings, name):
+    if is_fetched(settings, name) and not update_lock:
+        verify(settings, name)
         return target
-    pom = _pom(settings, name)
     mvn = prereqs.maven()
     log(f"fetching the {name} jars from Maven Central (once; cached in {target})")
     if name in _GOALS:
         shutil.rmtree(target, ignore_errors=True)  # an unpacked app: nothing of an older one may stay
     target.mkdir(parents=True, exist_ok=True)
+    (target / ".fetched").unlink(missing_ok=True)
     for old in target.glob("*.jar"):
         old.unlink()
-    cmd = [mvn, "-B", "-q", "-f", str(pom), *_GOALS.get(name, _COPY), f"-DoutputDirectory={target}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(mvn_command(settings, name, mvn, target), capture_output=True, text=True)
     if done.returncode != 0:
         detail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         raise StackError(
             f"mvn could not fetch the {name} jars (exit {done.returncode}). Check that Maven Central is "
             f"reachable and ~/.m2/settings.xml is sane, then run `eosflow stack fetch` again.\n{detail}"
         )
-    (target / ".fetched").write_text(_fingerprint(pom) + "\n")
+    if update_lock:
+        write_lock(settings, name)
+        log(f"recorded the SHA-256 of {len(locked(settings, name))} {name} jars in {_lock(settings)}")
+    verify(settings, name)
+    mark_fetched(settings, name)
     return target
+
+
+def write_lock(settings: Settings, name: str) -> None:
+    """Replace one set's lines of the lock with the jars now in its folder; other sets' lines stay."""
+    lock = _lock(settings)
+    lines = lock.read_text().splitlines() if lock.exists() else []
+    head = [line for line in lines if line.startswith("#")] or [_LOCK_HEAD]
+    entries = [line for line in lines if line.strip() and not line.startswith("#")]
+    entries = [line for line in entries if not line.split("  ", 1)[1].startswith(f"{name}/")]
+    entries += [f"{sha}  {name}/{path}" for path, sha in hashed(settings, name).items()]
+    entries.sort(key=lambda line: line.split("  ", 1)[1])
+    lock.write_text("\n".join(head + entries) + "\n")
+
+
+_LOCK_HEAD = (
+    "# SHA-256 of every jar `eosflow stack fetch` puts in the jar cache (.cache/jars), checked before use.\n"
+    f"# Written by `{UPDATE_LOCK}`; `cd .cache/jars && sha256sum -c ../../{LOCK}` checks it by hand."
+)
 
 
 def classpath(settings: Settings, name: str) -> str:
@@ -70,10 +185,12 @@ def classpath(settings: Settings, name: str) -> str:
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """The jars to pass to Spark (spark.jars / --jars): the Kafka connector and the JDBC driver."""
+    """The jars to pass to Spark (spark.jars / --jars): the Kafka connector and the JDBC driver, checked
+    against the lock first (about 0.1 s), as they are used long after the fetch that checked them."""
     jars = sorted(folder(settings, "spark").glob("*.jar"))
     if not jars:
         raise StackError(
             f"No Spark connector jars in {folder(settings, 'spark')}; run `eosflow stack fetch` first."
         )
+    verify(settings, "spark")
     return jars

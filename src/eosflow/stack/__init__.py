@@ -26,12 +26,13 @@ def services(settings: Settings) -> list[KafkaService | PostgresService | Regist
     return todo + [RegistryService(settings)] if settings.registry_port else todo
 
 
-def fetch(settings: Settings, log=print) -> None:
-    """The Maven jars (the broker's, Spark's connector + JDBC driver), then Spark's class archive."""
+def fetch(settings: Settings, log=print, update_lock: bool = False) -> None:
+    """The Maven jars (the broker's, Spark's connector + JDBC driver), each checked against
+    infra/jars.sha256 (`update_lock`: fetched afresh and recorded there), then Spark's class archive."""
     from eosflow.spark import cds
 
     for name in jars.CLASSPATHS:
-        jars.fetch(settings, name, log=log)
+        jars.fetch(settings, name, log=log, update_lock=update_lock)
     cds.record(settings, log=log)
 
 
