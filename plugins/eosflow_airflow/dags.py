@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
 
 from eosflow.ledger.backfill import MODES
 from eosflow.observe.health import publisher_stale_limit, stale_limits
-from eosflow.pipelines import Pipeline
+from eosflow.pipelines import Pipeline, PipelineConfigError, load_each
 from eosflow.publishers import Publisher
-from eosflow.settings import ingest_interval
+from eosflow.settings import Settings, ingest_interval, load
 from eosflow_airflow.lineage import (
     input_assets,
     mart_assets,
@@ -38,6 +40,8 @@ from eosflow_airflow.tasks import (
 )
 from eosflow_airflow.wake import wake_group_id, wake_trigger
 
+log = logging.getLogger(__name__)
+
 DEFAULT_ARGS = {
     "owner": "eosflow",
     "retries": 2,
@@ -46,6 +50,34 @@ DEFAULT_ARGS = {
     "on_failure_callback": [FailureAlert()],
 }
 START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def declared_pipelines(settings: Settings | None = None, path: Path | None = None) -> dict[str, Pipeline]:
+    """The pipelines pipelines.yml declares that parse. A refused one is left out, with a warning in the
+    parse log, so it never takes the others' DAGs with it; dags/eosflow_config_errors.py reports it in the
+    UI. A fault of the file itself (not YAML, a name twice) still raises: no pipeline can be trusted then."""
+    good, bad = load_each(settings or load(), path)
+    for name, error in bad.items():
+        log.warning("pipeline %r is refused, its DAGs are not made: %s", name, error)
+    return good
+
+
+def refuse_bad_pipelines(settings: Settings | None = None, path: Path | None = None) -> None:
+    """Raise one error naming each refused pipeline and why, for the DAG file that makes no DAG: Airflow
+    shows it as that file's import error. The same error raised by a file that makes DAGs would hide them
+    all: Airflow marks every DAG of a file with an import error stale (dag_processing.collection)."""
+    _, bad = load_each(settings or load(), path)
+    if bad:
+        raise PipelineConfigError(
+            f"{len(bad)} pipeline(s) of pipelines.yml refused; their DAGs are not made, every other "
+            "pipeline's are. Fix each declaration as its reason says:\n"
+            + "\n".join(f"- {_naming(name, error)}" for name, error in bad.items())
+        )
+
+
+def _naming(name: str, error: PipelineConfigError) -> str:
+    """The refusal as a line that names its pipeline (load_each's reasons do; this makes sure)."""
+    return str(error) if repr(name) in str(error) else f"pipeline {name!r}: {error}"
 
 
 def wake_asset(pipeline: Pipeline) -> Asset:

@@ -17,6 +17,90 @@ def dagbag():
     return DagBag(dag_folder=str(DAGS))
 
 
+# -- One bad pipeline --------------------------------------------------------------------------------------
+def _with_a_bad_pipeline(tmp_path: Path) -> Path:
+    """The project's pipelines, and between them `broken`: as orders, but writing into eosflow's schema."""
+    import yaml
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body["pipelines"] = {
+        "orders": body["pipelines"]["orders"],
+        "broken": body["pipelines"]["orders"] | {"topics": ["broken"], "target_table": "eosflow.ledger"},
+        "orders_roundtrip": body["pipelines"]["orders_roundtrip"],
+    }
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def test_a_bad_pipeline_is_reported_by_name_and_every_other_pipeline_keeps_its_dags(tmp_path, monkeypatch):
+    """A refused pipeline is an import error naming it and the reason, in a DAG file that makes no DAG:
+    Airflow marks every DAG of a file with an import error stale (dag_processing.collection), so the
+    error must not come from a file that makes the good pipelines' DAGs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(_with_a_bad_pipeline(tmp_path)))
+    bag = DagBag(dag_folder=str(DAGS))
+
+    for good in ("orders", "orders_roundtrip"):
+        for kind in ("ingest", "backfill"):
+            assert f"eosflow_{kind}_{good}" in bag.dag_ids, (kind, good, bag.import_errors)
+    assert "eosflow_marts_orders" in bag.dag_ids and "eosflow_health" in bag.dag_ids
+    assert not [d for d in bag.dag_ids if d.endswith("_broken")]
+    assert set(bag.dags["eosflow_health"].get_task("pipeline_health").op_args[0]) == {
+        "orders",
+        "orders_roundtrip",
+    }
+    [(where, error)] = bag.import_errors.items()  # one error, the pipeline's, not one per DAG file
+    assert where.endswith("eosflow_config_errors.py"), where
+    assert "pipeline 'broken': target_table 'eosflow.ledger' is in schema 'eosflow'" in error  # name, reason
+    assert not [d for d in bag.dags.values() if d.fileloc.endswith("eosflow_config_errors.py")]
+
+
+def test_in_airflow_s_database_the_good_pipelines_dags_stay_active_beside_the_import_error(
+    tmp_path, monkeypatch, airflow_db
+):
+    """What the scheduler and the UI read after a parse: the good DAGs active (not stale), the refused
+    pipeline in the import errors. Airflow marks stale every DAG of a file that has an import error."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.models.dag import DagModel
+    from airflow.models.errors import ParseImportError
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(_with_a_bad_pipeline(tmp_path)))
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=str(DAGS), bundle_path=DAGS, bundle_name="dags-folder")
+    sync_bag_to_db(bag, "dags-folder", None)
+    with create_session() as session:
+        dags = {
+            d.dag_id: (d.is_stale, d.has_import_errors)
+            for d in session.scalars(select(DagModel).where(DagModel.dag_id.in_(bag.dag_ids)))
+        }
+        errors = {
+            e.filename: e.stacktrace
+            for e in session.scalars(
+                select(ParseImportError).where(ParseImportError.bundle_name == "dags-folder")
+            )
+        }
+    assert dags["eosflow_ingest_orders"] == dags["eosflow_backfill_orders_roundtrip"] == (False, False)
+    assert set(dags.values()) == {(False, False)}
+    assert (
+        list(errors) == ["eosflow_config_errors.py"]
+        and "pipeline 'broken'" in errors["eosflow_config_errors.py"]
+    )
+
+
+def test_a_refusal_that_does_not_name_its_pipeline_is_reported_with_its_name():
+    from eosflow.pipelines import PipelineConfigError
+    from eosflow_airflow.dags import _naming
+
+    assert _naming("clicks", PipelineConfigError("no topics")) == "pipeline 'clicks': no topics"
+    said = PipelineConfigError("p.yml: pipeline 'clicks': no topics")
+    assert _naming("clicks", said) == str(said)
+
+
 def test_every_dag_file_imports_without_errors(dagbag):
     assert dagbag.import_errors == {}
     assert {"eosflow_backfill_orders", "eosflow_ingest_orders", "eosflow_compact"} <= set(dagbag.dag_ids)
