@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -69,11 +69,11 @@ class Settings:
     pg_port: int
     pg_database: str
     pg_user: str
-    pg_password: str
+    pg_password: str = field(repr=False)  # secrets stay out of repr, and so out of logs and tracebacks
     airflow_port: int
     # The read-only role the Airflow view and the metrics use (the stack creates it; docs/readonly-role.sql).
     pg_reader_user: str = "eosflow_reader"
-    pg_reader_password: str = "eosflow_reader"
+    pg_reader_password: str = field(default="eosflow_reader", repr=False)
     # The producer-retries lab: an extra broker listener whose advertised address is a toxiproxy
     # port, so clients that follow metadata stay behind the fault-injecting proxy. 0 = off.
     kafka_proxied_port: int = 0
@@ -82,7 +82,7 @@ class Settings:
     # The user's own Kafka: several brokers (EOSFLOW_KAFKA_BOOTSTRAP_SERVERS, instead of host and
     # port) and the rest of the client configuration (EOSFLOW_KAFKA_CONFIG: SASL, TLS, ...).
     kafka_bootstrap: str = ""
-    kafka_config: tuple[tuple[str, str], ...] = ()
+    kafka_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # sasl.password, ...
     # How long eosflow's planner waits for Kafka to answer before the run fails (exit 1, retry allowed);
     # refused credentials fail at once.
     kafka_timeout_s: int = 30
@@ -92,12 +92,12 @@ class Settings:
     # The local stack's SASL/PLAIN listener (user eosflow, password EOSFLOW_KAFKA_SASL_PASSWORD), for
     # testing clients against a broker that requires authentication. 0 = off.
     kafka_sasl_port: int = 19095
-    kafka_sasl_password: str = "eosflow-sasl"
+    kafka_sasl_password: str = field(default="eosflow-sasl", repr=False)
     # The schema registry Avro pipelines decode with (its Confluent-compatible API), and its client
     # settings (EOSFLOW_SCHEMA_REGISTRY_CONFIG: basic.auth.user.info, ssl.ca.location, ...).
     # Unset: the local stack's (`registry_port`; 0: the stack runs none).
     schema_registry_url: str = ""
-    schema_registry_config: tuple[tuple[str, str], ...] = ()
+    schema_registry_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     registry_port: int = 18081
     # A plan spanning at most this many offsets is read in the run's own process, without Spark
     # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.

@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from datetime import time as time_of_day
 from uuid import UUID
@@ -64,7 +64,7 @@ class RegistryConfig:
     """Where the schema registry is and how to reach it; shipped to Spark's Python tasks."""
 
     url: str  # the Confluent-compatible API's base, e.g. http://host:8081 or .../apis/ccompat/v7
-    config: tuple[tuple[str, str], ...] = ()
+    config: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # basic.auth.user.info, ...
 
     def __post_init__(self) -> None:
         parsed = urllib.parse.urlsplit(self.url)
