@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +20,33 @@ from eosflow.sinks.protocol import Sink
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
 DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
-# eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
-_RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
+
+# Upper bounds of the numbers a declaration takes (docs/reference/pipelines.md lists them).
+MAX_RECORDS_PER_PARTITION = 1_000_000_000
+MAX_VALUE_BYTES = 1 << 30  # 1 GiB, Postgres' largest field
+MAX_OFFSET = (1 << 63) - 1  # Kafka's offsets are 64-bit signed
+_RECORDS_WHY = "one Spark task reads at most this many offsets of a partition per run; more is better split"
+_VALUE_WHY = "a value is stored whole, and Postgres stores no field larger than 1 GiB"
+
+
+def whole_number(
+    spec: Mapping, key: str, default: int, where: str, *, high: int, why: str, low: int = 1
+) -> int:
+    """spec[key] (or `default`), a whole number from `low` to `high`; `why` says what bounds it. A float
+    (YAML reads 1.0e+20 or 5.0 as one) or a boolean is refused, not rounded or read as 1."""
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        kind = (
+            " (true/false is not a number)"
+            if isinstance(value, bool)
+            else " (a float: write the digits of a whole number)"
+            if isinstance(value, float)
+            else ""
+        )
+        raise PipelineConfigError(
+            f"{where}: {key} must be a whole number >= {low:,} and <= {high:,} ({why}), not {value!r}{kind}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -35,7 +61,7 @@ class InitialOffset:
             return cls(text)
         kind, _, arg = text.partition(":")
         try:
-            if kind == "offset" and int(arg) >= 0:
+            if kind == "offset" and 0 <= int(arg) <= MAX_OFFSET:
                 return cls("offset", int(arg))
             if kind == "timestamp":
                 stamp = datetime.fromisoformat(arg.replace("Z", "+00:00"))
@@ -46,7 +72,8 @@ class InitialOffset:
             pass
         raise PipelineConfigError(
             f"{where}: initial_offset {raw!r} is not one of earliest, latest, "
-            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, offset:<n> (n >= 0)"
+            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, "
+            "offset:<n> (0 <= n < 2^63, a Kafka offset)"
         )
 
 
@@ -85,14 +112,44 @@ def pipelines_file(settings: Settings) -> Path:
     return Path(os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml")
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key written twice in one mapping is refused: YAML keeps the last one
+    silently, and two pipelines (or publishers, or settings) of one name would be one, unnoticed."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: what it merges may be overridden, that is its point
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:
+                continue  # an unhashable key: the safe loader refuses it itself
+            if first != key_node.start_mark.line:
+                raise _DuplicateKey(key, first + 1, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, first: int, again: int) -> None:
+        super().__init__(
+            f"{key!r} is declared twice, on lines {first} and {again}: YAML would keep only the last; "
+            "give each pipeline, publisher and setting one entry"
+        )
+
+
 def read_file(path: Path) -> dict:
-    """The pipelines file's top level (pipelines:, publishers:), or a PipelineConfigError saying why not."""
+    """The pipelines file's top level (pipelines:, publishers:), or a PipelineConfigError saying why not.
+    Every reader of the file goes through here, so a name declared twice is refused for all of them."""
     try:
-        body = yaml.safe_load(path.read_text()) or {}
+        body = yaml.load(path.read_text(), Loader=_Loader) or {}  # noqa: S506 (a SafeLoader)
     except FileNotFoundError:
         raise PipelineConfigError(
             f"no pipelines file at {path}; create one or set EOSFLOW_PIPELINES"
         ) from None
+    except _DuplicateKey as exc:
+        raise PipelineConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise PipelineConfigError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(body, dict):
@@ -100,24 +157,45 @@ def read_file(path: Path) -> dict:
     return body
 
 
-def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline]:
+def load_each(
+    settings: Settings, path: Path | None = None
+) -> tuple[dict[str, Pipeline], dict[str, PipelineConfigError]]:
+    """Every pipeline the file declares that parses, and for each one that does not, why: one bad
+    pipeline does not hide the others (the DAG file still makes theirs). Of two pipelines writing one
+    output, the later in the file is refused and the first kept. What is wrong with the file itself
+    (missing, not YAML, a name declared twice, no pipelines: mapping) raises PipelineConfigError."""
     path = path or pipelines_file(settings)
-    body = read_file(path)
-    entries = body.get("pipelines")
+    entries = read_file(path).get("pipelines")
     if not isinstance(entries, dict) or not entries:
         raise PipelineConfigError(
             f"{path}: expected a top-level 'pipelines:' mapping with at least one pipeline"
         )
-    found = {name: _parse(name, spec, f"{path}: pipeline {name!r}") for name, spec in entries.items()}
+    found: dict[str, Pipeline] = {}
+    refused: dict[str, PipelineConfigError] = {}
     writers: dict[str, str] = {}
-    for name, p in found.items():
-        output = p.sink.output
+    for name, spec in entries.items():
+        try:
+            pipeline = _parse(name, spec, f"{path}: pipeline {name!r}")
+        except PipelineConfigError as exc:
+            refused[str(name)] = exc
+            continue
+        output = pipeline.sink.output
         if output in writers:
-            raise PipelineConfigError(
-                f"{path}: pipelines {writers[output]!r} and {name!r} both write {output}; each pipeline "
-                "needs an output of its own (the ledger and the checks are per pipeline)"
+            refused[pipeline.name] = PipelineConfigError(
+                f"{path}: pipelines {writers[output]!r} and {pipeline.name!r} both write {output}; each "
+                "pipeline needs an output of its own (the ledger and the checks are per pipeline)"
             )
-        writers[output] = name
+            continue
+        writers[output] = pipeline.name
+        found[pipeline.name] = pipeline
+    return found, refused
+
+
+def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline]:
+    """Every pipeline the file declares, or the first refusal (in the file's order)."""
+    found, refused = load_each(settings, path)
+    if refused:
+        raise next(iter(refused.values()))
     return found
 
 
@@ -139,7 +217,7 @@ SCHEMA_SETTINGS = ("format", "key", "key_format", "columns", "business_key", "tr
 def declaration(path: Path, name: str) -> dict:
     """Pipeline `name`'s record settings in `path`, as written: for tools that declare a pipeline like
     another one (the lab and the bench run the project's own orders declaration on topics of their own)."""
-    spec = (yaml.safe_load(path.read_text()) or {}).get("pipelines", {}).get(name)
+    spec = (read_file(path).get("pipelines") or {}).get(name)
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{path}: no pipeline {name!r} to copy the declaration of")
     return {k: spec[k] for k in SCHEMA_SETTINGS if k in spec}
@@ -198,22 +276,20 @@ def _sink_class(spec: dict, where: str) -> type[Sink]:
     return cls
 
 
-def _parse(name: str, spec: object, where: str) -> Pipeline:
-    if not names.NAME.match(str(name)):
-        raise PipelineConfigError(
-            f"{where}: names are lower-case letters, digits and _ , starting with a letter"
-        )
+def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
+    name = names.pipeline_name(raw_name, where)
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
     topics = spec.get("topics")
     if (
         not isinstance(topics, list)
         or not topics
-        or not all(isinstance(t, str) and t for t in topics)
+        or not all(names.topic(t) for t in topics)
         or len(set(topics)) != len(topics)
     ):
         raise PipelineConfigError(
-            f"{where}: topics must be a list of one or more distinct topic names (records of the same schema)"
+            f"{where}: topics must be a list of one or more distinct Kafka topic names (letters, digits, "
+            "'.', '_', '-'; records of the same schema)"
         )
     sink_class = _sink_class(spec, where)
     try:
@@ -245,12 +321,6 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
             "arrive: leave wake_on_records out, or make the pipeline mode: batch"
         )
 
-    def positive(key: str, default: int) -> int:
-        value = spec.get(key, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PipelineConfigError(f"{where}: {key} must be a whole number >= 1, not {value!r}")
-        return value
-
     return Pipeline(
         name=name,
         topics=tuple(topics),
@@ -258,8 +328,17 @@ def _parse(name: str, spec: object, where: str) -> Pipeline:
         sink=sink,
         transform_version=_transform_version(spec.get("transform_version", "v1"), where),
         initial_offset=InitialOffset.parse(spec.get("initial_offset", "earliest"), where),
-        max_records_per_partition=positive("max_records_per_partition", 500_000),
-        max_value_bytes=positive("max_value_bytes", 65_536),
+        max_records_per_partition=whole_number(
+            spec,
+            "max_records_per_partition",
+            500_000,
+            where,
+            high=MAX_RECORDS_PER_PARTITION,
+            why=_RECORDS_WHY,
+        ),
+        max_value_bytes=whole_number(
+            spec, "max_value_bytes", 65_536, where, high=MAX_VALUE_BYTES, why=_VALUE_WHY
+        ),
         delivery=delivery,
         wake_on_records=wake,
         mode=mode,

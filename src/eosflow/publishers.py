@@ -6,13 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow import names
-from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
+from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file, whole_number
 from eosflow.settings import Settings
 
 # Every key a publisher's entry may have (docs/reference/pipelines.md lists them).
 _PUBLISHER_KEYS = frozenset(
     {"table", "topic", "id", "key", "batch_rows", "batch_seconds", "delivery", "dead_letter_topic", "format"}
 )
+
+# Upper bounds (docs/reference/pipelines.md lists them).
+MAX_BATCH_ROWS = 1_000_000
+_ROWS_WHY = "the rows of one Kafka transaction, held in memory and sent before its timeout"
+MAX_BATCH_SECONDS = 3_600
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,10 @@ def load_publishers(settings: Settings, path: Path | None = None) -> dict[str, P
     entries = body.get("publishers") or {}
     if not isinstance(entries, dict):
         raise PipelineConfigError(f"{path}: publishers must be a mapping of publisher names to settings")
-    found = {name: _parse(str(name), spec, f"{path}: publisher {name!r}") for name, spec in entries.items()}
+    found: dict[str, Publisher] = {}
+    for name, spec in entries.items():
+        publisher = _parse(name, spec, f"{path}: publisher {name!r}")
+        found[publisher.name] = publisher
     topics: dict[str, str] = {}
     for name, p in found.items():
         if p.topic in topics:
@@ -69,45 +77,47 @@ def load_publisher(settings: Settings, name: str, path: Path | None = None) -> P
     return found[name]
 
 
-def _parse(name: str, spec: object, where: str) -> Publisher:
-    if not names.NAME.match(name):
-        raise PipelineConfigError(
-            f"{where}: names are lower-case letters, digits and _ , starting with a letter"
-        )
+def _parse(raw_name: object, spec: object, where: str) -> Publisher:
+    name = names.publisher_name(raw_name, where)
     if not isinstance(spec, dict):
         raise PipelineConfigError(f"{where}: expected a mapping of settings")
     if unknown := set(spec) - _PUBLISHER_KEYS:
         raise PipelineConfigError(
             f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(_PUBLISHER_KEYS)}"
         )
-    table, topic, id_column = spec.get("table"), spec.get("topic"), spec.get("id")
-    if not isinstance(table, str) or not names.TABLE.match(table):
-        raise PipelineConfigError(f"{where}: table {table!r} must be schema.table in lower case")
-    if not isinstance(topic, str) or not names.TOPIC.match(topic):
+    # Its first run adds a column and an index to the outbox: never to eosflow's tables or Postgres'
+    # catalogs. A dbt mart is what a publisher is for (the demo publishes analytics.orders_published).
+    table = names.table(spec.get("table"), "table", where, others=("dbt",))
+    topic, id_column = spec.get("topic"), spec.get("id")
+    if not names.topic(topic):
         raise PipelineConfigError(f"{where}: topic {topic!r} must be a Kafka topic name")
     dead_letter = spec.get("dead_letter_topic", f"{topic}.rejected")
-    if not isinstance(dead_letter, str) or not names.TOPIC.match(dead_letter) or dead_letter == topic:
+    if not names.topic(dead_letter) or dead_letter == topic:
         raise PipelineConfigError(
             f"{where}: dead_letter_topic {dead_letter!r} must be a Kafka topic name other than topic"
         )
     for key in ("id", "key"):
         value = spec.get(key)
-        if (key == "id" or value is not None) and (
-            not isinstance(value, str) or not names.COLUMN.match(value)
-        ):
+        if (key == "id" or value is not None) and not names.column(value):
             raise PipelineConfigError(
-                f"{where}: {key} {value!r} must be a column name"
+                f"{where}: {key} {value!r} must be a column name (lower case, at most 63 bytes)"
                 + (
                     " (a unique column: the rows' order within a transaction and their header)"
                     if key == "id"
                     else ""
                 )
             )
-    rows, seconds = spec.get("batch_rows", 1_000), spec.get("batch_seconds", 5.0)
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 1:
-        raise PipelineConfigError(f"{where}: batch_rows must be a whole number >= 1, not {rows!r}")
-    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
-        raise PipelineConfigError(f"{where}: batch_seconds must be a number > 0, not {seconds!r}")
+    rows = whole_number(spec, "batch_rows", 1_000, where, high=MAX_BATCH_ROWS, why=_ROWS_WHY)
+    seconds = spec.get("batch_seconds", 5.0)
+    if (
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0 < seconds <= MAX_BATCH_SECONDS  # NaN fails this too
+    ):
+        raise PipelineConfigError(
+            f"{where}: batch_seconds must be a number > 0 and <= {MAX_BATCH_SECONDS:,} (how often an idle "
+            f"publisher looks for new rows: an hour is the longest it waits), not {seconds!r}"
+        )
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in ("exactly_once", "at_least_once"):
         raise PipelineConfigError(

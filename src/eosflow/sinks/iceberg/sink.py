@@ -36,11 +36,11 @@ class IcebergSink(Sink):
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> IcebergSink:
-        table = spec.get("table")
-        if not isinstance(table, str) or not names.TABLE.match(table):
-            raise PipelineConfigError(
-                f"{where}: table {table!r} must be namespace.name in lower case (sink: iceberg needs one)"
-            )
+        if spec.get("table") is None:
+            raise PipelineConfigError(f"{where}: sink: iceberg needs a table: namespace.name in lower case")
+        # A namespace is a schema to the engines that read the catalog (Spark, Trino): the same names as
+        # a warehouse target, refused in the same schemas.
+        table = names.table(spec["table"], "table", where)
         if spec.get("delivery", "exactly_once") != "exactly_once":
             raise PipelineConfigError(
                 f"{where}: an iceberg sink delivers exactly_once only (its positions commit with its files)"

@@ -17,12 +17,18 @@ import psycopg
 from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
-from eosflow.pipelines import Pipeline
+from eosflow.pipelines import Pipeline, whole_number
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Run, Sink, Verdict
 
 OUTPUT_FORMATS = ("json", "avro", "protobuf")
+# A day: an open transaction holds back every read_committed consumer of its partitions that long; the
+# broker's own ceiling (transaction.max.timeout.ms, 15 minutes by default) is checked when a run starts.
+MAX_TRANSACTION_TIMEOUT_MS = 86_400_000
+_TIMEOUT_WHY = (
+    "an open transaction holds back every read_committed reader; the broker's own limit applies too"
+)
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class KafkaSink(Sink):
             if key not in spec and key == "dead_letter_topic":
                 continue
             topic = spec.get(key)
-            if not isinstance(topic, str) or not names.TOPIC.match(topic):
+            if not names.topic(topic):
                 raise PipelineConfigError(
                     f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
                     + (" (sink: kafka needs one)" if topic is None else "")
@@ -68,11 +74,15 @@ class KafkaSink(Sink):
                 f"{where}: output_key {key_column!r} is not a declared column; one of "
                 f"{[c.name for c in schema.columns]}, or leave it out to keep each source record's key"
             )
-        timeout = spec.get("transaction_timeout_ms", 60_000)
-        if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1_000:
-            raise PipelineConfigError(
-                f"{where}: transaction_timeout_ms must be a whole number >= 1000, not {timeout!r}"
-            )
+        timeout = whole_number(
+            spec,
+            "transaction_timeout_ms",
+            60_000,
+            where,
+            low=1_000,
+            high=MAX_TRANSACTION_TIMEOUT_MS,
+            why=_TIMEOUT_WHY,
+        )
         if spec.get("delivery") == "at_most_once":
             raise PipelineConfigError(
                 f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "

@@ -15,16 +15,12 @@ import psycopg
 from psycopg import sql
 
 from eosflow import names
-from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
 from eosflow.pipelines import Pipeline
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Run, Sink, Verdict
-
-# eosflow's own bookkeeping and staging, and Postgres' catalogs: never a pipeline's output.
-_RESERVED_SCHEMAS = ("eosflow", "staging", "information_schema")
 
 
 @dataclass(frozen=True)
@@ -38,16 +34,8 @@ class PostgresSink(Sink):
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> PostgresSink:
-        table = str(spec.get("target_table", ""))
-        if not names.TABLE.match(table):
-            raise PipelineConfigError(f"{where}: target_table {table!r} must be schema.table in lower case")
-        namespace = table.split(".")[0]
-        if namespace in _RESERVED_SCHEMAS or namespace.startswith("pg_"):
-            raise PipelineConfigError(
-                f"{where}: target_table {table!r} is in schema {namespace!r}, which eosflow or Postgres "
-                "keeps for itself; put the output in a schema of its own, e.g. raw.<table>"
-            )
-        return cls(table)
+        table = spec.get("target_table", "")
+        return cls(names.table(table, "target_table", where, table_bytes=names.TARGET_TABLE_BYTES))
 
     @property
     def output(self) -> str:
