@@ -205,7 +205,7 @@ def validate_backfill(pipeline_name: str) -> list[list[str]]:
             BackfillRequest.parse_partitions(params.get("partitions")),
             params.get("from_offset"),
             params.get("to_offset"),
-            int(params.get("chunk_size") or 100_000),
+            BackfillRequest.parse_chunk_size(params.get("chunk_size")),  # 0 is refused, not the default
             topic=params.get("topic") or None,
         )
         chunks = backfill_run.resolve(

@@ -5,18 +5,22 @@
   range are replaced in one transaction, the ledger records the replay, positions do not move.
 
 `validate()` is pure: it gets what Kafka and the warehouse say and returns the chunks to run, or
-raises BackfillError with one message per problem.
+raises BackfillError with one message per problem. The number of chunks is checked in arithmetic
+(ceil(span / chunk_size) per range) before any list of them exists, so a request of a million chunks
+is refused in the memory of one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Integral
 
 from eosflow.ledger.planner import PartitionOffsets
 from eosflow.ledger.ranges import OffsetRange
 
 MODES = ("catch-up", "replay")
+DEFAULT_CHUNK_SIZE = 100_000
 
 
 class BackfillError(ValueError):
@@ -32,7 +36,7 @@ class BackfillRequest:
     to_offset: int | None = (
         None  # exclusive; None: up to the last stable offset (catch-up) / position (replay)
     )
-    chunk_size: int = 100_000
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     topic: str | None = None  # None: the pipeline's only topic
 
     @classmethod
@@ -49,6 +53,22 @@ class BackfillRequest:
             raise BackfillError(f"partitions must be 'all' or non-negative numbers like 0,2; got {text!r}")
         return parts
 
+    @classmethod
+    def parse_chunk_size(cls, value: object) -> int:
+        """A form's chunk_size: missing (None, empty) is the default; anything else must be a whole
+        number (1.5 and true are not), which `validate` then holds to >= 1 (0 is refused, never
+        replaced by the default)."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return DEFAULT_CHUNK_SIZE
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        elif isinstance(value, Integral) and not isinstance(value, bool):
+            return int(value)
+        raise BackfillError(f"chunk_size must be a whole number of offsets >= 1; got {value!r}")
+
 
 def validate(
     request: BackfillRequest,
@@ -63,10 +83,25 @@ def validate(
     committed[p] = (first committed start, stored position) for partitions with committed data.
     max_chunks: how many chunks the runner can take (Airflow maps at most core.max_map_length tasks).
     """
+    ranges = plan_ranges(request, topic, kafka, positions, committed)
+    check_chunk_count(request, ranges, max_chunks)
+    return chunks_of(ranges, request.chunk_size)
+
+
+def plan_ranges(
+    request: BackfillRequest,
+    topic: str,
+    kafka: Mapping[int, PartitionOffsets],
+    positions: Mapping[int, int | None],
+    committed: Mapping[int, tuple[int, int]],
+) -> list[OffsetRange]:
+    """The request's validated range per partition, not yet cut into chunks; BackfillError naming
+    every problem (a chunk_size below 1 included)."""
     if request.mode not in MODES:
         raise BackfillError(f"mode must be one of {', '.join(MODES)}; got {request.mode!r}")
-    if request.chunk_size < 1:
-        raise BackfillError(f"chunk size must be at least 1; got {request.chunk_size}")
+    size = request.chunk_size
+    if type(size) is not int or size < 1:  # bool and float are no chunk sizes either
+        raise BackfillError(f"chunk_size must be a whole number of offsets >= 1; got {size!r}")
     if (
         request.from_offset is not None
         and request.to_offset is not None
@@ -100,21 +135,38 @@ def validate(
         raise BackfillError(
             f"backfill of {request.pipeline}: the requested range is empty in every partition"
         )
-    chunks = [c for r in ranges for c in chunk(r, request.chunk_size)]
-    if max_chunks is not None and len(chunks) > max_chunks:
-        # Each partition's range gets an equal share of the chunks; the widest decides the size.
-        share = max_chunks // len(ranges)
-        fits = (
-            f"a chunk_size of at least {max(-(-r.span // share) for r in ranges):,}, or fewer partitions"
-            if share
-            else "fewer partitions per backfill"
-        )
-        raise BackfillError(
-            f"backfill of {request.pipeline} refused, nothing was run: {len(chunks)} chunks of "
-            f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
-            f"(Airflow's core.max_map_length); use {fits}"
-        )
-    return chunks
+    return ranges
+
+
+def chunk_count(ranges: list[OffsetRange], size: int) -> int:
+    """How many chunks of `size` offsets `ranges` make, counted without making them."""
+    return sum(-(-r.span // size) for r in ranges)
+
+
+def check_chunk_count(request: BackfillRequest, ranges: list[OffsetRange], max_chunks: int | None) -> None:
+    """BackfillError if the ranges make more chunks than the runner takes: arithmetic, before any
+    chunk exists (chunk_size 1 over a hundred million offsets must not build a hundred million)."""
+    if max_chunks is None:
+        return
+    count = chunk_count(ranges, request.chunk_size)
+    if count <= max_chunks:
+        return
+    # Each partition's range gets an equal share of the chunks; the widest decides the size.
+    share = max_chunks // len(ranges)
+    fits = (
+        f"a chunk_size of at least {max(-(-r.span // share) for r in ranges):,}, or fewer partitions"
+        if share
+        else "fewer partitions per backfill"
+    )
+    raise BackfillError(
+        f"backfill of {request.pipeline} refused, nothing was run: {count:,} chunks of "
+        f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
+        f"(Airflow's core.max_map_length); use {fits}"
+    )
+
+
+def chunks_of(ranges: list[OffsetRange], size: int) -> list[OffsetRange]:
+    return [c for r in ranges for c in chunk(r, size)]
 
 
 def chunk(r: OffsetRange, size: int) -> list[OffsetRange]:

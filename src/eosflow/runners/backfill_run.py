@@ -10,7 +10,14 @@ import psycopg
 
 from eosflow import pipelines
 from eosflow.ledger import store
-from eosflow.ledger.backfill import BackfillError, BackfillRequest, validate
+from eosflow.ledger.backfill import (
+    BackfillError,
+    BackfillRequest,
+    check_chunk_count,
+    chunks_of,
+    plan_ranges,
+    validate,
+)
 from eosflow.ledger.migrate import migrate
 from eosflow.ledger.planner import PartitionOffsets, TopicRecreatedError, check_topic_identity
 from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan, batch_id_for
@@ -73,25 +80,20 @@ def resolve(
     )
     if from_time and to_time and _epoch_ms(to_time, "to time") < _epoch_ms(from_time, "from time"):
         raise BackfillError(f"the range ends before it starts: to time {to_time} < from time {from_time}")
-    chunks: list[OffsetRange] = []
+    ranges: list[OffsetRange] = []
     problems: list[str] = []
     for p in chosen:
         one = dataclasses.replace(request, partitions=(p,), from_offset=starts.get(p), to_offset=ends.get(p))
         try:
-            chunks += validate(one, topic, kafka, positions, committed)
+            ranges += plan_ranges(one, topic, kafka, positions, committed)
         except BackfillError as exc:
             problems.append(str(exc).split(": ", 1)[-1])
     if problems:
         raise BackfillError(
             f"backfill of {request.pipeline} refused, nothing was run: " + "; ".join(problems)
         )
-    if max_chunks is not None and len(chunks) > max_chunks:
-        raise BackfillError(
-            f"backfill of {request.pipeline} refused, nothing was run: {len(chunks)} chunks of "
-            f"{request.chunk_size:,} offsets, but the orchestrator runs at most {max_chunks} "
-            "(Airflow's core.max_map_length); use a larger chunk_size, or fewer partitions"
-        )
-    return chunks
+    check_chunk_count(request, ranges, max_chunks)  # counted before any chunk exists
+    return chunks_of(ranges, request.chunk_size)
 
 
 def refuse_backfill(pipeline: pipelines.Pipeline, mode: str) -> None:
