@@ -50,6 +50,40 @@ def owned_schema(schema: str) -> str | None:
     return None
 
 
+# Who keeps each topic a declaration may not write into (owned_topic).
+_TOPIC_OWNERS = {
+    "eosflow": "eosflow's own (eosflow.*: a publisher's positions are in "
+    "eosflow.publish.offsets.<publisher>)",
+    "Kafka": "Kafka's own (_*: the brokers' __consumer_offsets and __transaction_state, the schema "
+    "registry's _schemas, and other tools' internal topics)",
+}
+
+
+def owned_topic(topic: str) -> str | None:
+    """Who keeps `topic` for itself: "eosflow" or "Kafka"; None when a declaration may write it."""
+    if topic.startswith("eosflow."):
+        return "eosflow"
+    if topic.startswith("_"):
+        return "Kafka"
+    return None
+
+
+def output_topic(value: object, key: str, where: str, why: str = "") -> str:
+    """`value` as a topic a pipeline or a publisher may write: a Kafka topic name, matched whole, that no
+    one else keeps (owned_topic). `why` is added to the message when the name itself is wrong."""
+    if not topic(value):
+        raise PipelineConfigError(
+            f"{where}: {key} {value!r} must be a Kafka topic name (letters, digits, '.', '_', '-'){why}"
+        )
+    owner = owned_topic(value)
+    if owner is not None:
+        raise PipelineConfigError(
+            f"{where}: {key} {value!r} is {_TOPIC_OWNERS[owner]}; a declaration may not write there: "
+            "name a topic of its own"
+        )
+    return value
+
+
 def pipeline_name(name: object, where: str) -> str:
     """A pipeline's name, or a PipelineConfigError saying what is wrong with it."""
     why = f"Postgres schemas are named after it, the longest {_LONGEST_PIPELINE_PREFIX}<pipeline> (dbt's)"

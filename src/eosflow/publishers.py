@@ -88,13 +88,13 @@ def _parse(raw_name: object, spec: object, where: str) -> Publisher:
     # Its first run adds a column and an index to the outbox: never to eosflow's tables or Postgres'
     # catalogs. A dbt mart is what a publisher is for (the demo publishes analytics.orders_published).
     table = names.table(spec.get("table"), "table", where, others=("dbt",))
-    topic, id_column = spec.get("topic"), spec.get("id")
-    if not names.topic(topic):
-        raise PipelineConfigError(f"{where}: topic {topic!r} must be a Kafka topic name")
-    dead_letter = spec.get("dead_letter_topic", f"{topic}.rejected")
-    if not names.topic(dead_letter) or dead_letter == topic:
+    topic, id_column = names.output_topic(spec.get("topic"), "topic", where), spec.get("id")
+    dead_letter = names.output_topic(
+        spec.get("dead_letter_topic", f"{topic}.rejected"), "dead_letter_topic", where
+    )
+    if dead_letter == topic:
         raise PipelineConfigError(
-            f"{where}: dead_letter_topic {dead_letter!r} must be a Kafka topic name other than topic"
+            f"{where}: dead_letter_topic {dead_letter!r} must be a topic other than topic"
         )
     for key in ("id", "key"):
         value = spec.get(key)

@@ -194,3 +194,33 @@ def test_owned_schema_says_who():
         None,
     ]
     assert names.owned_schema("analyticsx") is None and names.owned_schema("eosflowx") is None
+
+
+# ---- topics someone else keeps: a pipeline or a publisher never writes there
+
+
+@pytest.mark.parametrize(
+    ("topic", "owner"),
+    [
+        ("eosflow.publish.offsets.orders_published", "eosflow's own"),
+        ("__consumer_offsets", "Kafka's own"),
+        ("__transaction_state", "Kafka's own"),
+        ("_schemas", "Kafka's own"),
+    ],
+)
+def test_an_output_topic_someone_else_keeps_is_refused(tmp_path, topic, owner):
+    # eosflow.publish.offsets.<publisher> holds a publisher's positions: a pipeline writing there moves them.
+    for spec in (_kafka(output_topic=topic), _kafka(dead_letter_topic=topic)):
+        with pytest.raises(PipelineConfigError, match=f"pipeline 'p'.*'{topic}' is {owner}"):
+            _pipelines(tmp_path, {"p": spec})
+    for change in ({"topic": topic}, {"dead_letter_topic": topic}):
+        with pytest.raises(PipelineConfigError, match=f"publisher 'o'.*'{topic}' is {owner}"):
+            _publishers(tmp_path, {"o": OUTBOX | change})
+
+
+def test_a_source_topic_may_be_any_kafka_topic_name_but_matched_whole(tmp_path):
+    assert _pipelines(tmp_path, {"p": _spec(topics=["eosflow.publish.offsets.x"])})["p"].topic
+    with pytest.raises(
+        PipelineConfigError, match="topics must be a list of one or more distinct Kafka topic"
+    ):
+        _pipelines(tmp_path, {"p": _spec(topics=["orders\n"])})

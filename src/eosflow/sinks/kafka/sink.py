@@ -55,12 +55,9 @@ class KafkaSink(Sink):
             if key not in spec and key == "dead_letter_topic":
                 continue
             topic = spec.get(key)
-            if not names.topic(topic):
-                raise PipelineConfigError(
-                    f"{where}: {key} {topic!r} must be a Kafka topic name (letters, digits, '.', '_', '-')"
-                    + (" (sink: kafka needs one)" if topic is None else "")
-                )
-            topics[key] = topic
+            topics[key] = names.output_topic(
+                topic, key, where, " (sink: kafka needs one)" if topic is None else ""
+            )
         output = topics["output_topic"]
         dead_letter = topics.get("dead_letter_topic", f"{output}.rejected")
         if output in spec["topics"] or dead_letter in spec["topics"] or output == dead_letter:
