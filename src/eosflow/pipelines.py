@@ -200,11 +200,16 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
 
 
 def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
-    found = load_all(settings, path)
+    """Pipeline `name`, or why it is refused: another pipeline's error does not stop it (a task of its
+    DAG, or `eosflow ingest --pipeline`, runs while a sibling waits for a fix)."""
+    found, refused = load_each(settings, path)
+    if name in refused:
+        raise refused[name]
     if name not in found:
+        also = f" (refused: {', '.join(sorted(refused))})" if refused else ""
         raise PipelineConfigError(
             f"unknown pipeline {name!r}; {path or pipelines_file(settings)} declares: "
-            f"{', '.join(sorted(found))}"
+            f"{', '.join(sorted(found))}{also}"
         )
     return found[name]
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
-from eosflow.pipelines import InitialOffset, PipelineConfigError, load_all, load_each
+from eosflow.pipelines import InitialOffset, PipelineConfigError, load, load_all, load_each
 from eosflow.publishers import load_publishers
 
 
@@ -194,3 +194,15 @@ def test_load_each_raises_what_is_wrong_with_the_file_itself(tmp_path, text):
         load_each(settings_mod.load(), path)
     with pytest.raises(PipelineConfigError, match="no pipelines file"):
         load_each(settings_mod.load(), tmp_path / "missing.yml")
+
+
+def test_load_of_one_pipeline_is_not_stopped_by_another_s_error(tmp_path):
+    # A task of a good pipeline's DAG loads its pipeline by name: a bad sibling must not fail it.
+    path = _write(tmp_path, {"bad": _spec(target_table="staging.x"), "good": _spec(topics=["g"])})
+    assert load(settings_mod.load(), "good", path).target_table == "raw.orders"
+    with pytest.raises(PipelineConfigError, match="pipeline 'bad'.*staging"):
+        load(settings_mod.load(), "bad", path)
+    with pytest.raises(
+        PipelineConfigError, match=r"unknown pipeline 'nope'.*declares: good \(refused: bad\)"
+    ):
+        load(settings_mod.load(), "nope", path)
