@@ -67,12 +67,14 @@ class InitialOffset:
                 stamp = datetime.fromisoformat(arg.replace("Z", "+00:00"))
                 if stamp.tzinfo is None:
                     raise ValueError("no time zone")
-                return cls("timestamp", int(stamp.timestamp() * 1000))
+                millis = int(stamp.timestamp() * 1000)
+                if millis >= 0:  # Kafka reads -1 and -2 as latest and earliest, not as instants
+                    return cls("timestamp", millis)
         except ValueError:
             pass
         raise PipelineConfigError(
             f"{where}: initial_offset {raw!r} is not one of earliest, latest, "
-            "timestamp:<ISO-8601 with zone, e.g. 2026-01-01T00:00:00Z>, "
+            "timestamp:<ISO-8601 with zone, from 1970, e.g. 2026-01-01T00:00:00Z>, "
             "offset:<n> (0 <= n < 2^63, a Kafka offset)"
         )
 

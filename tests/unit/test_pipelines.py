@@ -206,3 +206,13 @@ def test_load_of_one_pipeline_is_not_stopped_by_another_s_error(tmp_path):
         PipelineConfigError, match=r"unknown pipeline 'nope'.*declares: good \(refused: bad\)"
     ):
         load(settings_mod.load(), "nope", path)
+
+
+@pytest.mark.parametrize(
+    "stamp", ["1969-12-31T23:59:59.999Z", "1969-12-31T23:59:59.998Z", "0001-01-01T00:00:00Z"]
+)
+def test_an_initial_timestamp_before_1970_is_refused(stamp):
+    # Kafka reads -1 and -2 as "latest" and "earliest": 1 ms before 1970 would start at the end.
+    with pytest.raises(PipelineConfigError, match=r"timestamp:<ISO-8601 with zone.*from 1970"):
+        InitialOffset.parse(f"timestamp:{stamp}", "here")
+    assert InitialOffset.parse("timestamp:1970-01-01T00:00:00Z", "here").value == 0
