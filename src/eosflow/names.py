@@ -7,6 +7,7 @@ newline, and `raw.t1\\n` once passed as a table that COPY then read as `raw.t1`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from eosflow.errors import PipelineConfigError
@@ -28,6 +29,15 @@ _TARGET_SUFFIX = "_offsets"
 TARGET_TABLE_BYTES = IDENTIFIER_BYTES - len(_TARGET_SUFFIX)  # 55
 
 _NAME_RULE = "names are lower-case letters, digits and _ , starting with a letter"
+
+
+def fitted(name: str, limit: int = PIPELINE_NAME_BYTES) -> str:
+    """`name` if it fits in `limit` bytes, else its beginning and a hash of the whole: for the tools that
+    make a name of several parts (the lab, the bench), still unique and still readable."""
+    if len(name.encode()) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - len(digest) - 1]}_{digest}"
 
 # Who keeps each schema a declaration may not write into, and why (owned_schema).
 _OWNERS = {

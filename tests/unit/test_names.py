@@ -224,3 +224,14 @@ def test_a_source_topic_may_be_any_kafka_topic_name_but_matched_whole(tmp_path):
         PipelineConfigError, match="topics must be a list of one or more distinct Kafka topic"
     ):
         _pipelines(tmp_path, {"p": _spec(topics=["orders\n"])})
+
+
+def test_a_tool_s_long_name_is_fitted_unique_and_readable():
+    """The lab and the bench make pipeline names of several parts; past the limit they still load."""
+    short = "lab_crash_eo_1_12345678"
+    assert names.fitted(short) == short
+    a = names.fitted("lab_crash_in_kafka_transaction_keo_12_12345678")
+    b = names.fitted("lab_crash_in_kafka_transaction_keo_12_12345679")
+    assert a != b and a.startswith("lab_crash_in_kafka_transaction")
+    assert len(a.encode()) == names.PIPELINE_NAME_BYTES
+    assert names.pipeline_name(a, "test") == a

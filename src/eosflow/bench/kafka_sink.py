@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from eosflow import pipelines
+from eosflow import names, pipelines
 from eosflow import settings as settings_mod
 from eosflow.bench import ceilings, eosflow_run, load
 from eosflow.bench.measure import MeasurementFailed, run_measured
@@ -112,7 +112,7 @@ def run(
         )
     )
 
-    name = f"bench_k2k_{run_id}_p{partitions}_n{records}"
+    name = names.fitted(f"bench_k2k_{run_id}_p{partitions}_n{records}")
     config = work / f"{name}.pipelines.yml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(

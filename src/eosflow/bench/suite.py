@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 
+from eosflow import names
 from eosflow.bench import ceilings, eosflow_run, load, targets
 from eosflow.bench.measure import Measured, MeasurementFailed, run_measured, worker_result
 from eosflow.bench.results import MEASUREMENTS, OVERHEADS, WRITERS, Result
@@ -134,7 +135,7 @@ def _eosflow(
 ) -> Result:
     topic = topic or ctx.workload.topic
     records = records or ctx.workload.records
-    pipeline = f"bench_{measurement.replace('-', '_')}_{ctx.cell.name}"
+    pipeline = names.fitted(f"bench_{measurement.replace('-', '_')}_{ctx.cell.name}")
     config = eosflow_run.write_pipelines_file(
         ctx.work_dir / f"{pipeline}.pipelines.yml", pipeline, topic, ctx.table(measurement), records, sink
     )
@@ -182,7 +183,7 @@ def _iceberg(ctx: _Context) -> Result:
 
 def _read_check(ctx: _Context) -> Result:
     """eosflow's read and check of the topic through Spark with nothing written (eosflow.bench.read_check)."""
-    pipeline = f"bench_read_check_{ctx.cell.name}"
+    pipeline = names.fitted(f"bench_read_check_{ctx.cell.name}")
     path = ctx.work_dir / f"{pipeline}.pipelines.yml"
     topic, records = ctx.workload.topic, ctx.workload.records
     config = eosflow_run.write_pipelines_file(path, pipeline, topic, ctx.table("read-check"), records)

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import yaml
 
-from eosflow import pipelines
+from eosflow import names, pipelines
 from eosflow import settings as settings_mod
 from eosflow.kafka_admin import ensure_topic
 from eosflow.lab.outcome import Tally, tally
@@ -127,7 +127,7 @@ class Lab:
     # -- pipelines ------------------------------------------------------------------------------------
     def pipeline(self, scenario: str, mode: str, trial: int) -> LabPipeline:
         """A fresh pipeline (topic, table) for one trial, declared in the lab's pipelines file."""
-        name = f"lab_{scenario}_{MODE_TAGS[mode]}_{trial}_{time.time_ns() % 10**8:08d}"
+        name = names.fitted(f"lab_{scenario}_{MODE_TAGS[mode]}_{trial}_{time.time_ns() % 10**8:08d}")
         p = LabPipeline(name, f"lab.{name}", f"lab.{name}", mode)
         if p.writes_to_kafka:
             sink = {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
