@@ -142,7 +142,7 @@ def test_json_in_confluents_wire_format_is_read_after_its_header(compiled: bool)
         ),
         (
             {"format": "text", "text_pattern": "(?P<a>", "columns": [{"name": "a", "type": "text"}]},
-            "text_pattern '(?P<a>' does not compile",
+            "text_pattern '(?P<a>' is not a regular expression RE2 runs: missing )",
         ),
         (
             {"format": "text", "columns": [{"name": "a", "type": "text", "source": "$.x"}]},

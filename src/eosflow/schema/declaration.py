@@ -1,7 +1,8 @@
 """A pipeline's record schema as declared in pipelines.yml: format, key, columns, business key.
 
 Parsing refuses anything it cannot honour before a record is read, with the column and the
-setting named: an unknown type, a pattern that does not compile, an enum value of the wrong type,
+setting named: an unknown type, a pattern that does not compile (or that RE2, which runs every
+pattern in time linear in the value, cannot run: eosflow.schema.patterns), an enum value of the wrong type,
 a JSON path it cannot follow, a column name that would collide with eosflow's own columns.
 """
 
@@ -11,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from eosflow.schema.patterns import Pattern, PatternError
 from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
 
 FORMATS = ("json", "avro", "protobuf", "text", "bytes")
@@ -55,7 +57,7 @@ class Column:
     source: str = ""  # the path as declared, for messages ("$.customer.id")
     enum: frozenset | None = None
     enum_text: str = ""  # the enum as the declaration lists it, for messages
-    pattern: re.Pattern | None = None
+    pattern: Pattern | None = None  # RE2's search (eosflow.schema.patterns)
     min: object = None
     max: object = None
     meta: str | None = None  # "schema_id": the value's registry schema id, not a field of the record
@@ -72,7 +74,7 @@ class RecordSchema:
     key_format: str | None = None  # avro | protobuf: the key in the Confluent wire format, decoded
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
-    text_pattern: re.Pattern | None = None  # format: text, parsed into columns by named groups
+    text_pattern: Pattern | None = None  # format: text, parsed into columns by named groups
     # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
     canonical: str = field(default="{}", compare=False)
 
@@ -155,7 +157,7 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
     )
 
 
-def _unstructured(fmt: str, spec: dict, columns: tuple[Column, ...], where: str) -> re.Pattern | None:
+def _unstructured(fmt: str, spec: dict, columns: tuple[Column, ...], where: str) -> Pattern | None:
     """`format: text` and `format: bytes`: a value with no fields, so no column has a source. The
     whole value goes into the one declared column, or (text) `text_pattern`'s named groups into the
     columns of their names. Returns the compiled pattern."""
@@ -192,9 +194,9 @@ def _unstructured(fmt: str, spec: dict, columns: tuple[Column, ...], where: str)
     if not isinstance(raw, str):
         raise DeclarationError(f"{where}: text_pattern must be a regular expression, not {raw!r}")
     try:
-        pattern = re.compile(raw)
-    except re.error as exc:
-        raise DeclarationError(f"{where}: text_pattern {raw!r} does not compile ({exc})") from None
+        pattern = Pattern(raw)
+    except PatternError as exc:
+        raise DeclarationError(f"{where}: text_pattern {raw!r} {exc}") from None
     if missing := [c.name for c in columns if c.name not in pattern.groupindex]:
         raise DeclarationError(
             f"{where}: column(s) {missing} have no named group in text_pattern {raw!r}; add (?P<name>...) "
@@ -322,11 +324,9 @@ def _pattern(spec: dict, scalar: ColumnType, where: str) -> dict:
     if scalar.declared != "text":
         raise DeclarationError(f"{where}: pattern applies to text columns (and text[])")
     try:
-        return {"pattern": re.compile(str(spec["pattern"]))}
-    except re.error as exc:
-        raise DeclarationError(
-            f"{where}: pattern {spec['pattern']!r} is not a regular expression: {exc}"
-        ) from None
+        return {"pattern": Pattern(str(spec["pattern"]))}
+    except PatternError as exc:
+        raise DeclarationError(f"{where}: pattern {spec['pattern']!r} {exc}") from None
 
 
 def _bounds(spec: dict, scalar: ColumnType, where: str) -> dict:

@@ -1,12 +1,13 @@
 """Values with no fields of their own: `format: text` and `format: bytes`.
 
 A text value is UTF-8 (else ``not UTF-8``, as for JSON). Without `text_pattern` the whole value is
-the one declared column's; with it, the pattern must match the whole value (else ``not matching
-text_pattern``) and each column takes the named group of its name (a group that took no part is a
-missing field). A column of a type whose text is itself (text, uuid, timestamptz, date) takes the
-text as it is; any other type reads it as its JSON spelling, as a typed Kafka key is read
-(eosflow.schema.record.key_check): "17" is a bigint, "true" a boolean, "1.50" a numeric. Text that
-is not such a spelling stays text, which the column's type then refuses as mistyped.
+the one declared column's; with it, the pattern (run by RE2: eosflow.schema.patterns) must match
+the whole value (else ``not matching text_pattern``) and each column takes the named group of its
+name (a group that took no part is a missing field). A column of a type whose text is itself
+(text, uuid, timestamptz, date) takes the text as it is; any other type reads it as its JSON
+spelling, as a typed Kafka key is read (eosflow.schema.record.key_check): "17" is a bigint, "true"
+a boolean, "1.50" a numeric. Text that is not such a spelling stays text, which the column's type
+then refuses as mistyped.
 
 A bytes value lands byte for byte in its one bytea column. Either way the result is the document
 the declared columns' checks read (eosflow.schema.record), so they hold as for JSON.
@@ -15,11 +16,11 @@ the declared columns' checks read (eosflow.schema.record), so they hold as for J
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from decimal import Decimal
 
 from eosflow.schema.declaration import Column
+from eosflow.schema.patterns import Pattern
 
 NOT_MATCHING = "not matching text_pattern"
 # The types whose text form is the text itself (as record._TEXTUAL_KEYS).
@@ -43,7 +44,7 @@ def _reader(column: Column) -> Callable[[str], object]:
 class TextDecoder:
     """`format: text`: a value -> (None, {column: value}) or (the reason, None)."""
 
-    def __init__(self, columns: tuple[Column, ...], pattern: re.Pattern | None) -> None:
+    def __init__(self, columns: tuple[Column, ...], pattern: Pattern | None) -> None:
         self.pattern = pattern
         self.readers = tuple((c.name, _reader(c)) for c in columns)
 
@@ -55,10 +56,9 @@ class TextDecoder:
         if self.pattern is None:
             ((name, read),) = self.readers
             return None, {name: read(text)}
-        match = self.pattern.fullmatch(text)
-        if match is None:
+        groups = self.pattern.fullmatch_groups(text)  # RE2: linear in the text (eosflow.schema.patterns)
+        if groups is None:
             return NOT_MATCHING, None
-        groups = match.groupdict()
         return None, {name: None if (g := groups[name]) is None else read(g) for name, read in self.readers}
 
 
