@@ -18,8 +18,8 @@ Per column type (a column alone on its top-level key; see `_scalar`):
 - in C as JSON strings, then the Python check's accept and rules: timestamptz and date (msgspec's
   own datetime and date parsing take forms the declared ones refuse, and round what they truncate),
   boolean with an enum; and their arrays.
-- as any JSON value (``Any``, floats through ``float_hook``: the same ``float`` or ``Decimal`` call
-  as json's ``parse_float``), then the Python check's getter, accept and rules: double, numeric(p,s)
+- as any JSON value (``Any``, floats through ``float_hook``: the same ``json_float`` or ``Decimal``
+  call as json's ``parse_float``), then the Python check's getter, accept and rules: double, numeric(p,s)
   (msgspec's ``Decimal`` also takes the string "1.5"), jsonb, their arrays, and every column of a
   top-level key that a nested path (``$.a.b``, ``$.a[0]``) or a second column reads.
 
@@ -81,7 +81,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from eosflow.schema.declaration import Column
-from eosflow.schema.types import _UUID, BAD
+from eosflow.schema.types import _UUID, BAD, json_float
 
 # Containers nested deeper than this (the document itself is the first) leave a record to the Python
 # check: json refuses a document nested past the interpreter's recursion limit (1000 frames, less
@@ -312,7 +312,7 @@ class StructDecoder:
         )
         # An untyped (Any) float is read by the very call json's parse_float makes, not by msgspec's own
         # parser: the same double, or the same Decimal, by construction.
-        hook = Decimal if exact_decimals else float
+        hook = Decimal if exact_decimals else json_float
         self.decode = msgspec.json.Decoder(struct, strict=True, float_hook=hook).decode
         # The whole document as generic objects, for the duplicate count only (no value of it is
         # typed): msgspec's own float parsing, which refuses what json would read as an infinity

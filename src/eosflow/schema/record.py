@@ -41,7 +41,7 @@ from operator import call
 from eosflow.schema.avro import HEADER_BYTES, AvroDecoder, RegistryConfig
 from eosflow.schema.compiled import compile_check
 from eosflow.schema.declaration import REGISTRY_FORMATS, Column, RecordSchema
-from eosflow.schema.types import BAD, ColumnType, for_each
+from eosflow.schema.types import BAD, ColumnType, for_each, json_float
 
 _MISSING = None  # what a getter returns for an absent field; JSON null is treated the same
 FRAMED = b"\x00"  # the magic byte of Confluent's wire format, before a 4-byte schema id
@@ -96,7 +96,11 @@ def _no_constants(name: str) -> object:
 
 # One decoder per number mode: json.loads with options would build a new one per call.
 _DECODERS = {
-    False: json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constants),
+    # json_float: a number no double holds (1e400, 1e-400) stays a Decimal, which a double column
+    # rejects by name instead of keeping infinity or 0.
+    False: json.JSONDecoder(
+        object_pairs_hook=_unique_keys, parse_constant=_no_constants, parse_float=json_float
+    ),
     True: json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constants, parse_float=Decimal),
 }
 

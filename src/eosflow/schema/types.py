@@ -102,21 +102,52 @@ def _int32(v: object) -> object:
     return v if type(v) is int and v in _INT32 else BAD
 
 
+def json_float(text: str) -> float | Decimal:
+    """json's parse_float and msgspec's float_hook: the double a JSON number spells; the Decimal where
+    no double holds it (past a double's range, 1e400, or a non-zero number below its smallest,
+    1e-400), so that a double column rejects it by name rather than keep infinity or 0, and numeric
+    and jsonb columns keep it exactly."""
+    f = float(text)
+    if f != 0.0 and f - f == 0.0:  # non-zero and finite (inf - inf is NaN): nearly every number
+        return f
+    if f == 0.0 and not Decimal(text):  # 0, 0.0, -0e5: a zero as written
+        return f
+    return Decimal(text)
+
+
 def _double(v: object) -> object:
-    """A JSON number as a double; an integer only when the double holds it exactly."""
+    """A JSON number as a double; an integer only when the double holds it exactly. A number no
+    double holds (past its range, or non-zero below its smallest) stays as it is, and
+    `_double_unstorable` says why."""
     t = type(v)
     if t is float:
         return v
     if t is Decimal:
+        if not v.is_finite():  # NaN, sNaN, Infinity: a transform's, never JSON's
+            return v
         f = float(v)
-        return f if math.isfinite(f) else BAD
+        return f if f - f == 0.0 and (f != 0.0 or not v) else v
     if t is int:
         try:
             f = float(v)
         except OverflowError:
-            return BAD
+            return v
         return f if int(f) == v else BAD
     return BAD
+
+
+DOUBLE_RANGE = "out of a double's range"
+
+
+def _double_unstorable(v: object) -> str | None:
+    """Why a number the double column got is not a double: `_double` left it as it was sent."""
+    if type(v) is float:
+        return None
+    if type(v) is Decimal and not v.is_finite():
+        return f"{v} is not a number"
+    if abs(v) < 1:  # and not 0: a zero is a double
+        return f"{v} is {DOUBLE_RANGE}: not 0, but closer to 0 than any double, so it would be stored as 0"
+    return f"{v} is {DOUBLE_RANGE}: it would be stored as infinity"
 
 
 def _boolean(v: object) -> object:
@@ -224,7 +255,7 @@ _SCALARS: dict[str, tuple[str, pa.DataType, str, Callable, Callable, bool]] = {
     "uuid": ("uuid", pa.string(), "lower-case canonical UUID string", _uuid, _storable, False),
     "bigint": ("bigint", pa.int64(), "64-bit integer", _int64, _storable, True),
     "integer": ("integer", pa.int32(), "32-bit integer", _int32, _storable, True),
-    "double": ("double precision", pa.float64(), "number", _double, _storable, True),
+    "double": ("double precision", pa.float64(), "number", _double, _double_unstorable, True),
     "boolean": ("boolean", pa.bool_(), "true or false", _boolean, _storable, False),
     "timestamptz": (
         "timestamptz",
