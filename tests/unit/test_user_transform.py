@@ -134,3 +134,100 @@ def test_a_batch_check_with_a_transform_keeps_every_record_once():
     ]
     assert checked.column("price").to_pylist() == [Decimal("1.00"), None]
     assert checked.column("raw_value").to_pylist()[1] == b"bad"
+
+
+SCORED = [
+    {"name": "n", "type": "bigint", "required": True},
+    {"name": "score", "type": "double"},
+    {"name": "scores", "type": "double[]"},
+    {"name": "price", "type": "numeric(12,2)"},
+]
+
+
+def _scored(function) -> UserTransform:
+    return UserTransform(
+        parse_schema({"columns": SCORED, "transform": _module("eosflow_test_scored", function)}, "t")
+    )
+
+
+def _rows(rows: list[dict]):
+    full = [{"score": None, "scores": None, "price": None} | r for r in rows]
+    return lambda batch: pa.RecordBatch.from_pylist(full)
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ({"n": 1, "score": float("nan")}, "invalid value: score (holds nan, which JSON cannot carry)"),
+        ({"n": 1, "score": float("inf")}, "invalid value: score (holds inf, which JSON cannot carry)"),
+        ({"n": 1, "score": float("-inf")}, "invalid value: score (holds -inf, which JSON cannot carry)"),
+        (
+            {"n": 1, "scores": [1.0, float("nan")]},
+            "invalid value: scores (holds nan, which JSON cannot carry)",
+        ),
+    ],
+)
+def test_a_transforms_nan_or_infinity_is_a_rejected_row_naming_the_column(row, error):
+    # The Kafka sink wrote null for them, Postgres kept NaN: neither is what the JSON record could say.
+    ((found, typed),) = _scored(_rows([row]))(_kafka_batch([b"x"]))
+    assert (found, typed) == (error, None)
+
+
+def test_a_transforms_finite_doubles_are_kept():
+    ((found, typed),) = _scored(_rows([{"n": 1, "score": 1.5e308, "scores": [0.0, -2.5]}]))(
+        _kafka_batch([b"x"])
+    )
+    assert (found, typed) == (None, [1, 1.5e308, [0.0, -2.5], None])
+
+
+def _raising(exc: BaseException):
+    """A transform that raises `exc` for the record b"boom" and returns a row for any other."""
+
+    def f(batch: pa.RecordBatch) -> pa.RecordBatch:
+        values = batch.column("value").to_pylist()
+        if b"boom" in values:
+            raise exc
+        return pa.RecordBatch.from_pylist(
+            [{"n": len(v), "score": None, "scores": None, "price": None} for v in values]
+        )
+
+    return f
+
+
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (SystemExit(3), "transform raised SystemExit: 3"),
+        (KeyboardInterrupt(), "transform raised KeyboardInterrupt"),
+        (GeneratorExit("closed"), "transform raised GeneratorExit: closed"),
+        (ValueError(""), "transform raised ValueError"),
+    ],
+)
+def test_a_transform_raising_systemexit_or_keyboardinterrupt_rejects_only_that_record(exc, error):
+    results = _scored(_raising(exc))(_kafka_batch([b"a", b"boom", b"ccc"]))
+    assert results == [(None, [1, None, None, None]), (error, None), (None, [3, None, None, None])]
+
+
+def test_a_batch_check_with_a_transform_raising_systemexit_still_finishes_the_batch():
+    schema = parse_schema(
+        {"columns": SCORED, "transform": _module("eosflow_test_exit", _raising(SystemExit(1)))}, "t"
+    )
+    checked = BatchCheck("p", "b", "v", 4096, schema)(_kafka_batch([b"boom", b"ok"]))
+    assert checked.column("error").to_pylist() == ["transform raised SystemExit: 1", None]
+
+
+def test_a_real_interrupt_of_the_process_while_the_transform_runs_is_not_a_rejected_row():
+    # Ctrl-C (SIGINT) reaching the process during the call interrupts the run; the record is not at fault.
+    import os
+    import signal
+    import time
+
+    def interrupted(batch: pa.RecordBatch) -> pa.RecordBatch:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises KeyboardInterrupt here
+        raise AssertionError("no interrupt arrived")
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        _scored(interrupted)(_kafka_batch([b"a", b"b"]))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back as it was

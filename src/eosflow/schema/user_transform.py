@@ -8,9 +8,13 @@ one row per input row, in input order. The input batch has the columns `key`, `v
 
 eosflow holds the output to the declaration: each value must be of its column's type as Python
 sees it (str, int, float, Decimal, bool, an aware datetime, date, list; any JSON value for jsonb),
-within the column's rules, and storable by Postgres. A row that is not becomes a rejected row with
-the reason; a batch on which the function raises is retried record by record, and a record on which
-it raises is rejected with the exception. A function that breaks the contract itself (another
+within the column's rules, and storable by Postgres; a double (alone or in an array) is finite, as
+JSON has no NaN or infinity (the Kafka sink would write null). A row that is not becomes a rejected
+row with the reason; a batch on which the function raises is retried record by record, and a record
+on which it raises is rejected with the exception: any exception, SystemExit, KeyboardInterrupt and
+GeneratorExit included, for the function cannot end the task. Only an exception raised while the
+process itself is being interrupted (a SIGINT or SIGTERM reached it during the call, and its Python
+handler raised) is not the record's: it goes on up. A function that breaks the contract itself (another
 number of rows, a declared column missing) stops the run with a message naming it: that is a bug
 in the code, and no record can be trusted to it.
 """
@@ -18,6 +22,9 @@ in the code, and no record can be trusted to it.
 from __future__ import annotations
 
 import importlib
+import math
+import signal
+import threading
 from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
@@ -27,7 +34,7 @@ import pyarrow as pa
 
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.record import _rules
-from eosflow.schema.types import BAD, ColumnType, array_of
+from eosflow.schema.types import BAD, ColumnType, array_of, for_each
 
 ENTRY_POINT_GROUP = "eosflow.transforms"
 
@@ -71,6 +78,7 @@ class UserTransform:
         self.function = load(schema.transform)
         self.columns = schema.columns
         self._checks = tuple(_value_check(c) for c in schema.columns)
+        self._interrupted = False  # a signal reached the process during the last call of the function
 
     def __call__(self, batch: pa.RecordBatch) -> list[tuple[str | None, list | None]]:
         """Per input row: (None, the typed columns) or (the reason it is rejected, None)."""
@@ -78,7 +86,9 @@ class UserTransform:
             rows = self._rows(batch)
         except TransformContractError:
             raise
-        except Exception:  # a poison record somewhere in the batch: find it, record by record
+        except BaseException:  # a poison record somewhere in the batch: find it, record by record
+            if self._interrupted:
+                raise
             return [result for i in range(batch.num_rows) for result in self._isolated(batch.slice(i, 1))]
         return [self._check(row) for row in rows]
 
@@ -87,11 +97,22 @@ class UserTransform:
             (row,) = self._rows(one)
         except TransformContractError:
             raise
-        except Exception as exc:
-            return [(f"transform raised {type(exc).__name__}: {exc}"[:1000], None)]
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the record's, not the task's
+            if self._interrupted:
+                raise
+            return [(_raised(exc), None)]
         return [self._check(row)]
 
     def _rows(self, batch: pa.RecordBatch) -> list[dict]:
+        """`_call`, noting whether a signal interrupted the process meanwhile (`_interrupted`)."""
+        watch = _SignalWatch()
+        try:
+            with watch:
+                return self._call(batch)
+        finally:
+            self._interrupted = watch.seen
+
+    def _call(self, batch: pa.RecordBatch) -> list[dict]:
         out = self.function(batch)
         if isinstance(out, pa.Table):
             out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist([])
@@ -132,10 +153,58 @@ class UserTransform:
         return None, typed
 
 
+def _raised(exc: BaseException) -> str:
+    said = str(exc)
+    return f"transform raised {type(exc).__name__}{': ' + said if said else ''}"[:1000]
+
+
+class _SignalWatch:
+    """Notes whether a SIGINT or SIGTERM reached the process while the user's function ran.
+
+    A KeyboardInterrupt (or whatever a SIGTERM handler raises) from a real signal is the process being
+    stopped, and must go on up; the same exception raised by the function's own code is the record's.
+    Only the main thread receives signals, so elsewhere nothing is watched and every exception is the
+    function's. A handler that is not Python's (SIG_DFL, SIG_IGN) raises nothing, so is left alone."""
+
+    _WATCHED = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._restore: list[tuple[int, Callable]] = []
+
+    def __enter__(self) -> _SignalWatch:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for signum in self._WATCHED:
+            previous = signal.getsignal(signum)
+            if callable(previous):
+                signal.signal(signum, self._noting(previous))
+                self._restore.append((signum, previous))
+        return self
+
+    def _noting(self, previous: Callable) -> Callable:
+        def handler(signum: int, frame: object) -> object:
+            self.seen = True
+            return previous(signum, frame)
+
+        return handler
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._restore:
+            signal.signal(signum, previous)
+
+
+def _not_finite(v: float) -> str | None:
+    # JSON has neither NaN nor infinity: the Kafka sink would write null, Postgres would keep them.
+    return f"holds {v}, which JSON cannot carry" if type(v) is float and not math.isfinite(v) else None
+
+
 def _value_check(column: Column) -> Callable[[object], tuple[object, str | None]]:
     """A typed Python value -> (True or the value to keep, None), or (False, the reason)."""
     accept = _python_accept(column.type)
     rules = _rules(column)
+    if (column.type.element or column.type).declared == "double":
+        rules = (for_each(_not_finite) if column.type.is_array else _not_finite, *rules)
 
     def check(value: object) -> tuple[object, str | None]:
         kept = accept(value)
