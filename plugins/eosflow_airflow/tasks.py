@@ -252,17 +252,21 @@ def validate_backfill(pipeline_name: str) -> list[list[str]]:
 @task(task_id="compact")
 def compact_targets() -> dict:
     """Merge what many small commits left, for every pipeline whose sink has something to compact
-    (Sink.compact: the warehouse sink's partitioned targets)."""
+    (Sink.compact: the warehouse sink's partitioned targets). A refused pipeline is skipped, with its
+    reason in the log: it stops no other pipeline's compaction (eosflow_config_errors.py names it)."""
     import psycopg
 
     from eosflow.ledger.migrate import migrate
-    from eosflow.pipelines import load_all
+    from eosflow.pipelines import load_each
 
     settings = EosflowHook().settings()
     migrate(settings.warehouse_dsn, log=log.info)
+    declared, refused = load_each(settings)
+    for name, error in refused.items():
+        log.warning("pipeline %r is refused, not compacted: %s", name, error)
     done = {}
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-        for name, pipeline in sorted(load_all(settings).items()):
+        for name, pipeline in sorted(declared.items()):
             summary = pipeline.sink.compact(conn, pipeline, None, log.info)
             if summary is None:
                 continue

@@ -148,6 +148,29 @@ def test_compact_dag_merges_the_children_of_every_partitioned_target(case, airfl
     assert case.violations() == []
 
 
+def test_compaction_goes_on_for_every_pipeline_while_another_is_refused(case, airflow_db):
+    """A bad pipeline in pipelines.yml has no DAGs (eosflow_config_errors.py names it); it does not stop
+    the hourly compaction of the others either."""
+    import psycopg
+    import yaml
+
+    from eosflow.sinks.postgres import partitions
+    from eosflow_airflow.dags import build_compact_dag
+
+    case.produce(200, seed=408, partitions=1)
+    for _ in range(2):
+        case.ingest(max_records=100)
+    broken = case.spec | {"target_table": "eosflow.ledger"}  # eosflow's own schema: refused
+    case.config_path.write_text(yaml.safe_dump({"pipelines": {case.name: case.spec, "broken": broken}}))
+
+    run = build_compact_dag().test()
+
+    assert str(run.state) == "success", _states(run)
+    with psycopg.connect(case.settings.warehouse_dsn) as conn:
+        assert len(partitions.children(conn, case.table)) == 1
+    assert case.violations() == []
+
+
 def test_a_backfill_dry_run_lists_the_chunks_and_commits_nothing(case, airflow_db):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
