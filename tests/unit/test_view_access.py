@@ -77,3 +77,29 @@ def test_fastapi_s_documentation_routes_are_not_served(path):
 @pytest.mark.parametrize("path", ["/", "/api/pipelines", "/api/publishers", "/metrics"])
 def test_every_route_wants_a_login(path):
     assert TestClient(app).get(path).status_code == 401
+
+
+def test_a_refused_pipeline_hides_no_other_from_the_view(tmp_path, monkeypatch):
+    """pipelines.yml with a bad pipeline: the view lists the others (the refused one has no DAG; Airflow's
+    import errors name it), as the user's rights allow."""
+    import yaml
+    from airflow.api_fastapi import app as airflow_app
+
+    from eosflow import settings as settings_mod
+    from eosflow_airflow import view
+    from eosflow_airflow.hooks import EosflowHook
+
+    body = yaml.safe_load(PIPELINES_YML.read_text())
+    body["pipelines"]["broken"] = body["pipelines"]["orders"] | {"target_table": "eosflow.ledger"}
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body))
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
+    monkeypatch.setattr(EosflowHook, "reader_settings", lambda self: settings_mod.load())  # no connection
+    auth = StubAuthManager({"ana": {ingest("orders"), ingest("broken")}})
+    monkeypatch.setattr(airflow_app, "get_auth_manager", lambda: auth)
+
+    _, shown = view._pipelines("ana")
+    assert [p.name for p in shown] == ["orders"]
+    with pytest.raises(HTTPException) as refused:
+        view._pipelines("ana", "broken")
+    assert refused.value.status_code == 404
