@@ -179,6 +179,8 @@ def test_typed_values_become_the_arrow_and_literal_forms_postgres_reads():
         ({"columns": [{"name": "a", "type": "bigint", "enum": ["x"]}]}, "enum value 'x' is not a bigint"),
         ({"columns": [{"name": "a", "type": "text", "min": 1}]}, "min applies to bigint"),
         ({"columns": [{"name": "a", "type": "bigint", "min": 5, "max": 1}]}, "min 5 is above max 1"),
+        ({"columns": [{"name": "a", "type": "double", "max": float("inf")}]}, "max inf is not a finite"),
+        ({"columns": [{"name": "a", "type": "double", "min": float("nan")}]}, "min nan is not a finite"),
         ({"columns": [{"name": "a", "type": "text", "source": "customer.id"}]}, "starting with $"),
         ({"columns": [{"name": "a", "type": "text", "source": "$.a..b"}]}, "cannot be followed at '..b'"),
         ({"columns": [{"name": "a", "type": "text", "required": "yes"}]}, "required must be true or false"),

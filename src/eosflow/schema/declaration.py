@@ -9,6 +9,7 @@ a JSON path it cannot follow, a column name that would collide with eosflow's ow
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -339,6 +340,11 @@ def _bounds(spec: dict, scalar: ColumnType, where: str) -> dict:
         value = scalar.accept(spec[key])
         if value is BAD:
             raise DeclarationError(f"{where}: {key} {spec[key]!r} is not a {scalar.declared}")
+        if isinstance(value, float) and not math.isfinite(value):  # YAML's .inf, .nan, 1.0e+400
+            raise DeclarationError(
+                f"{where}: {key} {spec[key]!r} is not a finite number (a NaN bound holds nothing back, an "
+                f"infinite one says nothing): write a number, or leave {key} out"
+            )
         bounds[key] = value
     if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
         raise DeclarationError(f"{where}: min {spec['min']!r} is above max {spec['max']!r}")
