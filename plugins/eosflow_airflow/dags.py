@@ -12,7 +12,7 @@ from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTrig
 from eosflow.ledger.backfill import MODES
 from eosflow.observe.health import publisher_stale_limit, stale_limits
 from eosflow.pipelines import Pipeline, PipelineConfigError, load_each
-from eosflow.publishers import Publisher
+from eosflow.publishers import Publisher, load_each_publisher
 from eosflow.settings import Settings, ingest_interval, load
 from eosflow_airflow.lineage import (
     input_assets,
@@ -62,22 +62,34 @@ def declared_pipelines(settings: Settings | None = None, path: Path | None = Non
     return good
 
 
+def declared_publishers(settings: Settings | None = None, path: Path | None = None) -> dict[str, Publisher]:
+    """The publishers pipelines.yml declares that parse; a refused one is left out, as a pipeline is."""
+    good, bad = load_each_publisher(settings or load(), path)
+    for name, error in bad.items():
+        log.warning("publisher %r is refused, its DAG is not made: %s", name, error)
+    return good
+
+
 def refuse_bad_pipelines(settings: Settings | None = None, path: Path | None = None) -> None:
-    """Raise one error naming each refused pipeline and why, for the DAG file that makes no DAG: Airflow
-    shows it as that file's import error. The same error raised by a file that makes DAGs would hide them
-    all: Airflow marks every DAG of a file with an import error stale (dag_processing.collection)."""
-    _, bad = load_each(settings or load(), path)
-    if bad:
+    """Raise one error naming each refused pipeline and publisher and why, for the DAG file that makes no
+    DAG: Airflow shows it as that file's import error. The same error raised by a file that makes DAGs
+    would hide them all: Airflow marks every DAG of a file with an import error stale
+    (dag_processing.collection)."""
+    settings = settings or load()
+    _, bad = load_each(settings, path)
+    _, bad_publishers = load_each_publisher(settings, path)
+    if bad or bad_publishers:
+        lines = [f"- {_naming('pipeline', name, error)}" for name, error in bad.items()]
+        lines += [f"- {_naming('publisher', name, error)}" for name, error in bad_publishers.items()]
         raise PipelineConfigError(
-            f"{len(bad)} pipeline(s) of pipelines.yml refused; their DAGs are not made, every other "
-            "pipeline's are. Fix each declaration as its reason says:\n"
-            + "\n".join(f"- {_naming(name, error)}" for name, error in bad.items())
+            f"{len(lines)} declaration(s) of pipelines.yml refused; their DAGs are not made, every other "
+            "pipeline's and publisher's are. Fix each declaration as its reason says:\n" + "\n".join(lines)
         )
 
 
-def _naming(name: str, error: PipelineConfigError) -> str:
-    """The refusal as a line that names its pipeline (load_each's reasons do; this makes sure)."""
-    return str(error) if repr(name) in str(error) else f"pipeline {name!r}: {error}"
+def _naming(kind: str, name: str, error: PipelineConfigError) -> str:
+    """The refusal as a line that names its pipeline or publisher (the reasons do; this makes sure)."""
+    return str(error) if repr(name) in str(error) else f"{kind} {name!r}: {error}"
 
 
 def wake_asset(pipeline: Pipeline) -> Asset:

@@ -46,24 +46,42 @@ class Publisher:
         return f"eosflow.publish.offsets.{self.name}"
 
 
-def load_publishers(settings: Settings, path: Path | None = None) -> dict[str, Publisher]:
-    """Every publisher the pipelines file declares (none: an empty mapping)."""
+def load_each_publisher(
+    settings: Settings, path: Path | None = None
+) -> tuple[dict[str, Publisher], dict[str, PipelineConfigError]]:
+    """Every publisher the file declares that parses (none: an empty mapping), and for each one that
+    does not, why, as pipelines.load_each does for pipelines: one bad publisher does not hide the others'
+    DAGs. Of two publishers writing one topic, the later is refused. A fault of the file itself raises."""
     path = path or pipelines_file(settings)
     body = read_file(path)
     entries = body.get("publishers") or {}
     if not isinstance(entries, dict):
         raise PipelineConfigError(f"{path}: publishers must be a mapping of publisher names to settings")
     found: dict[str, Publisher] = {}
-    for name, spec in entries.items():
-        publisher = _parse(name, spec, f"{path}: publisher {name!r}")
-        found[publisher.name] = publisher
+    refused: dict[str, PipelineConfigError] = {}
     topics: dict[str, str] = {}
-    for name, p in found.items():
-        if p.topic in topics:
-            raise PipelineConfigError(
-                f"{path}: publishers {topics[p.topic]!r} and {name!r} both write {p.topic}"
+    for name, spec in entries.items():
+        try:
+            publisher = _parse(name, spec, f"{path}: publisher {name!r}")
+        except PipelineConfigError as exc:
+            refused[str(name)] = exc
+            continue
+        if publisher.topic in topics:
+            refused[publisher.name] = PipelineConfigError(
+                f"{path}: publishers {topics[publisher.topic]!r} and {publisher.name!r} both write "
+                f"{publisher.topic}; each publisher needs a topic of its own"
             )
-        topics[p.topic] = name
+            continue
+        topics[publisher.topic] = publisher.name
+        found[publisher.name] = publisher
+    return found, refused
+
+
+def load_publishers(settings: Settings, path: Path | None = None) -> dict[str, Publisher]:
+    """Every publisher the pipelines file declares (none: an empty mapping), or the first refusal."""
+    found, refused = load_each_publisher(settings, path)
+    if refused:
+        raise next(iter(refused.values()))
     return found
 
 

@@ -57,6 +57,27 @@ def test_a_bad_pipeline_is_reported_by_name_and_every_other_pipeline_keeps_its_d
     assert not [d for d in bag.dags.values() if d.fileloc.endswith("eosflow_config_errors.py")]
 
 
+def test_a_bad_publisher_is_reported_by_name_and_every_other_publisher_keeps_its_dag(tmp_path, monkeypatch):
+    """As for a pipeline: one publisher refused (an outbox in eosflow's schema) is named in the import
+    error of the file that makes no DAG; the other publisher's DAG and the health DAG stay."""
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    (name, good), *_ = body["publishers"].items()
+    body["publishers"] = {name: good, "broken_pub": good | {"table": "eosflow.ledger", "topic": "broken.pub"}}
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
+    bag = DagBag(dag_folder=str(DAGS))
+
+    assert f"eosflow_publish_{name}" in bag.dag_ids and "eosflow_health" in bag.dag_ids, bag.import_errors
+    assert "eosflow_publish_broken_pub" not in bag.dag_ids
+    [(where, error)] = bag.import_errors.items()
+    assert where.endswith("eosflow_config_errors.py"), where
+    assert "publisher 'broken_pub'" in error and "eosflow" in error
+
+
 def test_in_airflow_s_database_the_good_pipelines_dags_stay_active_beside_the_import_error(
     tmp_path, monkeypatch, airflow_db
 ):
