@@ -10,16 +10,9 @@ from eosflow import names
 from eosflow import settings as settings_mod
 from eosflow.pipelines import PipelineConfigError, load_all
 from eosflow.publishers import load_publishers
+from tests.unit.test_pipelines import _spec
 
 OUTBOX = {"table": "outbox.orders", "topic": "orders.out", "id": "id"}
-
-
-def _spec(**changes) -> dict:
-    return {
-        "topics": ["orders"],
-        "target_table": "raw.orders",
-        "columns": [{"name": "id", "type": "text", "required": True}],
-    } | changes
 
 
 def _kafka(**changes) -> dict:
