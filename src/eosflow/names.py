@@ -39,6 +39,7 @@ def fitted(name: str, limit: int = PIPELINE_NAME_BYTES) -> str:
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[: limit - len(digest) - 1]}_{digest}"
 
+
 # Who keeps each schema a declaration may not write into, and why (owned_schema).
 _OWNERS = {
     "eosflow": "eosflow's own (its ledger in eosflow, its staging in staging, the copies `eosflow verify` "
@@ -134,7 +135,13 @@ def topic(value: object) -> bool:
 
 
 def table(
-    value: object, key: str, where: str, *, table_bytes: int = IDENTIFIER_BYTES, others: tuple[str, ...] = ()
+    value: object,
+    key: str,
+    where: str,
+    *,
+    table_bytes: int = IDENTIFIER_BYTES,
+    others: tuple[str, ...] = (),
+    shape: str = "schema.table",  # what the sink calls the two parts (Iceberg: namespace.name)
 ) -> str:
     """`value` as schema.table a declaration may write: lower case, each part within Postgres' limit
     (the table part within `table_bytes`, when eosflow names things after it), and not in a schema
@@ -142,7 +149,7 @@ def table(
     table and every publisher's outbox go through; a PipelineConfigError says what is wrong."""
     if not isinstance(value, str) or not TABLE.fullmatch(value):
         raise PipelineConfigError(
-            f"{where}: {key} {value!r} must be schema.table in lower case (letters, digits and _)"
+            f"{where}: {key} {value!r} must be {shape} in lower case (letters, digits and _)"
         )
     schema, name = value.split(".")
     for part, limit in ((schema, IDENTIFIER_BYTES), (name, table_bytes)):

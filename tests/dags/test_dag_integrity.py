@@ -117,9 +117,9 @@ def test_a_refusal_that_does_not_name_its_pipeline_is_reported_with_its_name():
     from eosflow.pipelines import PipelineConfigError
     from eosflow_airflow.dags import _naming
 
-    assert _naming("clicks", PipelineConfigError("no topics")) == "pipeline 'clicks': no topics"
+    assert _naming("pipeline", "clicks", PipelineConfigError("no topics")) == "pipeline 'clicks': no topics"
     said = PipelineConfigError("p.yml: pipeline 'clicks': no topics")
-    assert _naming("clicks", said) == str(said)
+    assert _naming("pipeline", "clicks", said) == str(said)
 
 
 def test_every_dag_file_imports_without_errors(dagbag):

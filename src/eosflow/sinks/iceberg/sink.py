@@ -40,7 +40,7 @@ class IcebergSink(Sink):
             raise PipelineConfigError(f"{where}: sink: iceberg needs a table: namespace.name in lower case")
         # A namespace is a schema to the engines that read the catalog (Spark, Trino): the same names as
         # a warehouse target, refused in the same schemas.
-        table = names.table(spec["table"], "table", where)
+        table = names.table(spec["table"], "table", where, shape="namespace.name")
         if spec.get("delivery", "exactly_once") != "exactly_once":
             raise PipelineConfigError(
                 f"{where}: an iceberg sink delivers exactly_once only (its positions commit with its files)"
