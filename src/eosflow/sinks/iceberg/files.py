@@ -4,8 +4,9 @@ A task writes the valid rows of its range into the table's data folder, one file
 timestamp (the table's partition: Iceberg's add_files needs each file inside one partition), and the
 rejected rows into one file beside them. Nothing is visible until the run's one Iceberg commit adds
 the files (commit.py); a task that dies leaves files no snapshot names, which maintenance removes.
-Files are named by batch, partition and a random part, so a retried task never overwrites a file
-an earlier attempt may have handed over.
+Files are named by batch, topic, partition, day and a random part, so a retried task never overwrites
+a file an earlier attempt may have handed over; the batch id and topic enter a name through
+names.name_part (every reader opens the file: no `:`), and each file's Parquet metadata holds them whole.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from eosflow.schema.arrow import valid_columns
 from eosflow.sinks.iceberg.catalog import arrow_schema
+from eosflow.sinks.iceberg.names import name_part
 from eosflow.transform import REJECTED_COLUMNS, BatchCheck
 
 # One row per (topic, partition) a task wrote: what the driver commits.
@@ -61,7 +63,7 @@ def range_writer(location: str, batch_id: str, check: BatchCheck) -> Callable[[I
         from pyarrow import fs
 
         filesystem, root = fs.FileSystem.from_uri(location)
-        writers = _Writers(filesystem, root, location, batch_id)
+        writers = _Writers(filesystem, root, location, batch_id, check.pipeline)
         try:
             for batch in batches:
                 if batch.num_rows == 0:
@@ -116,8 +118,10 @@ def _keys(checked: pa.RecordBatch) -> list[tuple[str, int]]:
 class _Writers:
     """Open Parquet writers of one task: per (topic, partition) one per day, and one for rejected rows."""
 
-    def __init__(self, filesystem, root: str, location: str, batch_id: str) -> None:
+    def __init__(self, filesystem, root: str, location: str, batch_id: str, pipeline: str) -> None:
         self.fs, self.root, self.location, self.batch_id = filesystem, root, location, batch_id
+        self.pipeline = pipeline
+        self.batch_part = name_part(batch_id)
         self.open: dict[tuple, object] = {}
         self.parts: dict[tuple[str, int], dict] = {}
         self.task = uuid.uuid4().hex[:12]
@@ -151,13 +155,27 @@ class _Writers:
         slot = (key, day)
         if slot not in self.open:
             topic, partition = key
-            folder = "data" if kind == "data" else f"eosflow-rejected/{self.batch_id}"
-            name = f"{folder}/{self.batch_id}-{topic}-{partition}-{day or 'none'}-{self.task}.parquet"
+            folder = "data" if kind == "data" else f"eosflow-rejected/{self.batch_part}"
+            parts = (self.batch_part, name_part(topic), partition, day or "none", self.task)
+            name = f"{folder}/{'-'.join(map(str, parts))}.parquet"
             path = f"{self.root.rstrip('/')}/{name}"
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            self.open[slot] = pq.ParquetWriter(path, schema, filesystem=self.fs)
+            writer = pq.ParquetWriter(path, schema, filesystem=self.fs)
+            writer.add_key_value_metadata(self._origin(key, kind))
+            self.open[slot] = writer
             self.parts[key][kind].append(f"{self.location.rstrip('/')}/{name}")
         return self.open[slot]
+
+    def _origin(self, key: tuple[str, int], kind: str) -> dict[str, str]:
+        """What the file's name held before names were made safe: the batch, whole, in its metadata."""
+        topic, partition = key
+        return {
+            "eosflow.pipeline": self.pipeline,
+            "eosflow.batch_id": self.batch_id,
+            "eosflow.kafka_topic": topic,
+            "eosflow.kafka_partition": str(partition),
+            "eosflow.kind": "data" if kind == "data" else "rejected",
+        }
 
     def close(self) -> None:
         for writer in self.open.values():

@@ -2,6 +2,8 @@
 
 1. Small files merged: per day partition, files of fewer than `target_rows` rows together are rewritten as
    one, in one Iceberg commit that deletes them and adds it (an overwrite snapshot; the rows are the same).
+   A file whose name not every reader opens (names.readable_name: an older eosflow put the batch id,
+   colons and all, in it) is rewritten whatever its size, alone if need be.
 2. Old snapshots expired (older than EOSFLOW_ICEBERG_SNAPSHOT_HOURS, 24 by default; the current one is
    always kept): time travel reaches back that far.
 3. Files no snapshot names removed: a crashed or fenced run's data files, expired snapshots' files, and
@@ -23,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 
 DEFAULT_TARGET_ROWS = 1_000_000
+_UNREADABLE = "files with names Hadoop-based readers cannot open rewritten"
 
 
 @dataclass
@@ -30,14 +33,16 @@ class Compacted:
     table: str
     merged_files: int = 0  # small files rewritten...
     into: int = 0  # ...into this many
+    renamed: int = 0  # of the files rewritten, those whose names not every reader opens
     expired_snapshots: int = 0
     removed_files: int = 0
     notes: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
-            f"{self.table}: {self.merged_files} small files merged into {self.into}, "
-            f"{self.expired_snapshots} snapshots expired, {self.removed_files} unreferenced files removed"
+            f"{self.table}: {self.merged_files} files merged into {self.into}"
+            + (f" ({self.renamed} {_UNREADABLE})" if self.renamed else "")
+            + f", {self.expired_snapshots} snapshots expired, {self.removed_files} unreferenced files removed"
             + (f" ({'; '.join(self.notes)})" if self.notes else "")
         )
 
@@ -68,18 +73,20 @@ def _merge_small_files(table, target_rows: int, done: Compacted) -> None:
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import parquet_file_to_data_file, schema_to_pyarrow
 
+    from eosflow.sinks.iceberg.names import readable_name
+
     groups: dict[object, list] = {}
     for task in table.scan().plan_files():
         if task.delete_files:
             continue  # a file with row deletes is left to a rewrite that applies them
-        if task.file.record_count < target_rows:
+        if task.file.record_count < target_rows or not readable_name(task.file.file_path):
             groups.setdefault(tuple(task.file.partition), []).append(task.file)
     wanted = schema_to_pyarrow(table.schema(), include_field_ids=False)
     rewrites: list[tuple[list, object]] = []
     for files in groups.values():
         for chunk in _chunks(sorted(files, key=lambda f: f.file_path), target_rows):
-            if len(chunk) < 2:
-                continue
+            if len(chunk) < 2 and readable_name(chunk[0].file_path):
+                continue  # one small file alone: nothing to merge it with, and its name is fine
             merged = pa.concat_tables([_as(_read(table, f.file_path), wanted) for f in chunk])
             path = f"{table.location().rstrip('/')}/data/compacted-{uuid.uuid4().hex}.parquet"
             with table.io.new_output(path).create(overwrite=False) as out:
@@ -93,6 +100,7 @@ def _merge_small_files(table, target_rows: int, done: Compacted) -> None:
                 rewrite.delete_data_file(f)
             rewrite.append_data_file(new)
     done.merged_files = sum(len(old) for old, _ in rewrites)
+    done.renamed = sum(not readable_name(f.file_path) for old, _ in rewrites for f in old)
     done.into = len(rewrites)
 
 

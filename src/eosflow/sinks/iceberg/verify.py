@@ -11,10 +11,15 @@ one side has to travel either way; DuckDB reaches Postgres and Iceberg through e
 run time (extensions.duckdb.org, unreachable from an air-gapped warehouse, and from this project's
 machines), and a second dialect would mean a second definition of every invariant. The copy is the
 coordinates only (tens of bytes a row), in one COPY from Arrow.
+
+It also warns, without failing, about data files whose names not every reader opens (names.py: an older
+eosflow put the batch id, colons and all, in them; Spark and other Hadoop-based readers fail on them),
+and names the fix: `eosflow compact` rewrites them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import psycopg
@@ -22,9 +27,10 @@ from psycopg import sql
 
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
-from eosflow.verify import VerifyResult, run_dbt
+from eosflow.verify import CheckResult, VerifyResult, run_dbt
 
 SCHEMA = "eosflow_iceberg"
+FILE_NAMES_CHECK = "iceberg_file_names"
 COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "batch_id")
 
 
@@ -52,10 +58,33 @@ def verify_iceberg_sink(settings: Settings, pipeline: Pipeline, table_name: str)
         with conn.cursor().copy(sql.SQL("copy {} from stdin (format csv, header true)").format(copy)) as out:
             out.write(_csv(rows))
     try:
-        return run_dbt(settings, pipeline.name, f"{SCHEMA}.{pipeline.name}", business_key=key, marts=False)
+        result = run_dbt(settings, pipeline.name, f"{SCHEMA}.{pipeline.name}", business_key=key, marts=False)
+        warning = file_name_warning(table, pipeline.name)
+        return result if warning is None else dataclasses.replace(result, checks=(*result.checks, warning))
     finally:
         with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("drop table if exists {} cascade").format(copy))
+
+
+def file_name_warning(table, pipeline_name: str) -> CheckResult | None:
+    """A warning (status warn: shown, kept, not failing) if the table's current snapshot holds data files
+    whose names not every reader opens; None if it holds none."""
+    from eosflow.sinks.iceberg.names import readable_name
+
+    if table.current_snapshot() is None:
+        return None
+    paths = table.inspect.files().column("file_path").to_pylist()
+    unreadable = [p for p in paths if not readable_name(p)]
+    if not unreadable:
+        return None
+    n = len(unreadable)
+    message = (
+        f"{n} data file{'s' * (n != 1)} of {'.'.join(table.name())} ha{'ve' if n != 1 else 's'} a name that "
+        f"Spark, Flink, Hive and other Hadoop-based readers cannot open (a ':' is read as a URI scheme), "
+        f"e.g. {unreadable[0]}; PyIceberg reads them. Fix: eosflow compact --pipeline {pipeline_name} "
+        "(rewrites them under safe names, same rows)"
+    )
+    return CheckResult(FILE_NAMES_CHECK, None, "warn", n, message=message)
 
 
 def _csv(rows) -> bytes:
