@@ -375,3 +375,58 @@ def test_a_run_committing_while_another_prepares_is_not_taken_for_a_ledger_behin
     assert len(scan(case, table)) == 60
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
+
+
+def test_a_runs_files_every_reader_opens_and_one_named_the_old_way_is_warned_about_then_rewritten(case):
+    """A run's data and rejected-row files are named of [A-Za-z0-9._-] only, each holding its batch in its
+    Parquet metadata; a data file named as an older eosflow named it (the raw batch id, colons and all)
+    makes verify warn without failing, and compact rewrites it under a safe name, same rows."""
+    import psycopg
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    from eosflow.sinks.iceberg.catalog import catalog, rejected_files
+    from eosflow.sinks.iceberg.names import readable_name
+
+    table = as_iceberg_sink(case)
+    case.produce(40, seed=45, partitions=2)
+    produce_bad(case, partition=1)
+    assert case.ingest().outcome == "committed"
+    t = catalog(case.settings).load_table(table)
+    data = t.inspect.files().column("file_path").to_pylist()
+    rejected = [f for files in rejected_files(t).values() for f in files]
+    assert data and rejected and all(readable_name(p) for p in data + rejected), data + rejected
+    for path in data + rejected:
+        with t.io.new_input(path).open() as f:
+            meta, rows = pq.read_metadata(f).metadata, pq.read_table(f)
+        assert {meta[b"eosflow.batch_id"].decode()} == set(rows.column("batch_id").to_pylist())
+        assert meta[b"eosflow.pipeline"].decode() == case.name and b":" in meta[b"eosflow.batch_id"]
+
+    # One data file as an older eosflow named it: the same rows, the batch id's colons in the name.
+    (old,) = [task.file for task in t.scan().plan_files() if task.file.file_path == data[0]]
+    batch = scan(case, table)[0]["batch_id"]
+    colon = f"{t.location()}/data/{batch}-{case.topic}-0-old.parquet"
+    with t.io.new_input(old.file_path).open() as src, t.io.new_output(colon).create() as dst:
+        dst.write(src.read())
+    with t.transaction() as tx, tx.update_snapshot().overwrite() as swap:
+        swap.delete_data_file(old)
+        swap.append_data_file(parquet_file_to_data_file(t.io, t.metadata, colon))
+    rows = sorted(str(r["event_id"]) for r in scan(case, table))
+    warned = verify_pipeline(case.settings, case.name)
+    assert warned.ok, warned.table()
+    warning = warned.check("iceberg_file_names")
+    assert warning.status == "warn" and warning.failures == 1 and batch in (warning.message or "")
+    assert f"eosflow compact --pipeline {case.name}" in warned.table()
+    assert case.query(
+        "select status, failures from eosflow.checks where pipeline = %s and name = 'iceberg_file_names'",
+        case.name,
+    ) == [("warn", 1)]
+
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        done = case.pipeline.sink.compact(conn, case.pipeline, None, print)
+    assert done.renamed == 1
+    after = catalog(case.settings).load_table(table)
+    assert all(readable_name(p) for p in after.inspect.files().column("file_path").to_pylist())
+    assert sorted(str(r["event_id"]) for r in scan(case, table)) == rows
+    again = verify_pipeline(case.settings, case.name)
+    assert again.ok and "iceberg_file_names" not in {c.name for c in again.checks}, again.table()
