@@ -2,8 +2,9 @@
 
 The catalog is PyIceberg's SQL catalog, by default in the warehouse Postgres: its tables
 (`iceberg_tables`, `iceberg_namespace_properties`) are the ones Iceberg's JDBC catalog uses, so Spark,
-Trino or Flink open the same tables. Data files go under EOSFLOW_ICEBERG_WAREHOUSE (default
-`file://<state dir>/iceberg`; any filesystem pyarrow supports: `s3://bucket/prefix`, `gs://...`).
+Trino or Flink find the same tables (the tests read them with PyIceberg only, so far). Data files go under
+EOSFLOW_ICEBERG_WAREHOUSE (default `file://<state dir>/iceberg`; any filesystem pyarrow supports:
+`s3://bucket/prefix`, `gs://...`).
 
 A table's positions are its own properties, `eosflow.position.<topic>[<partition>]`, set in the same
 Iceberg commit as the data files they account for: table metadata, so they survive snapshot expiry
