@@ -71,6 +71,30 @@ def test_serve_stops_the_group_and_returns_0_on_a_signal(monkeypatch, signum):
     assert {s: signal.getsignal(s) for s in before} == before  # pytest's own handlers are back
 
 
+def test_serve_stops_on_sigint_even_where_the_process_was_left_ignoring_it(monkeypatch):
+    """A parent may leave SIGINT ignored (a job started with & in a script) or a library may have replaced
+    its handler (PySpark's, in a process that once ran Spark): serve handles SIGINT itself."""
+    started: list[subprocess.Popen] = []
+
+    def start(settings, log=print):
+        started.append(_fake_airflow("sleep 20 & sleep 20 & wait"))  # the old code waited these out
+        return started[-1]
+
+    monkeypatch.setattr(airflow_local, "start", start)
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lines: list[str] = []
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        assert airflow_local.serve(None, log=lines.append) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # what it was given, back
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, inherited)
+    assert "SIGINT: stopping airflow" in lines
+    assert airflow_local._group_alive(started[0].pid) == []
+
+
 def test_serve_returns_airflow_s_own_exit_code_when_it_ends_by_itself(monkeypatch):
     monkeypatch.setattr(
         airflow_local, "start", lambda settings, log=print: subprocess.Popen(["sh", "-c", "exit 3"])

@@ -211,8 +211,10 @@ def serve(settings: Settings, log=print) -> int:
         raise _Stop(signum)
 
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    # SIGINT too, rather than trusting the handler we were given to raise KeyboardInterrupt: a parent may
+    # have left it ignored (a job started with & in a script), or another library replaced it.
+    for sig in previous:
+        signal.signal(sig, on_signal)
     try:
         try:
             proc = start(settings, log=log)
