@@ -99,6 +99,9 @@ class Settings:
     schema_registry_url: str = ""
     schema_registry_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     registry_port: int = 18081
+    # An Iceberg sink's catalog properties as Airflow's `iceberg_default` connection gives them; None: read
+    # EOSFLOW_ICEBERG_CATALOG_PROPERTIES (eosflow.sinks.iceberg.config). May hold credentials.
+    iceberg_catalog_properties: tuple[tuple[str, str], ...] | None = field(default=None, repr=False)
     # A plan spanning at most this many offsets is read in the run's own process, without Spark
     # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.
     # 0: every plan through Spark. EOSFLOW_INLINE_MAX_OFFSETS.
