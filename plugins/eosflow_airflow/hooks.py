@@ -1,7 +1,8 @@
-"""Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`).
+"""Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`, and
+`iceberg_default` when an Iceberg sink's catalog is configured there).
 
-Connections are the one place an Airflow deployment configures where Kafka and the warehouse
-are; the Spark job receives the same values as EOSFLOW_* variables.
+Connections are the one place an Airflow deployment configures where Kafka, the warehouse and the
+Iceberg catalog are; the Spark job receives the same values as EOSFLOW_* variables.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from eosflow import settings as settings_mod
 WAREHOUSE_CONN_ID = "warehouse"
 KAFKA_CONN_ID = "kafka_default"
 READER_CONN_ID = "warehouse_readonly"
+ICEBERG_CONN_ID = "iceberg_default"
 
 
 class EosflowHook(BaseHook):
@@ -46,7 +48,29 @@ class EosflowHook(BaseHook):
             pg_options=tuple(sorted((k, str(v)) for k, v in wh.extra_dejson.items())) or base.pg_options,
             kafka_bootstrap=bootstrap,
             kafka_config=tuple(sorted((k, str(v)) for k, v in kafka.items())) or base.kafka_config,
+            iceberg_catalog_properties=self.iceberg_catalog_properties(),
         )
+
+    def iceberg_catalog_properties(self) -> tuple[tuple[str, str], ...] | None:
+        """PyIceberg catalog properties from the `iceberg_default` connection, or None (none defined: the
+        worker's EOSFLOW_ICEBERG_CATALOG_PROPERTIES and PyIceberg's own configuration stand). Its host is
+        the catalog's `uri`; its extra, any other property; its password goes to the property the extra's
+        `password_property` names, else, with a login, to `credential` as login:password (a REST
+        catalog's OAuth2 client credentials)."""
+        try:
+            conn = self.get_connection(ICEBERG_CONN_ID)
+        except Exception:  # noqa: BLE001 - not defined: the environment's configuration
+            return None
+        extra = dict(conn.extra_dejson)
+        target = str(extra.pop("password_property", "") or "")
+        properties = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()}
+        if conn.host:
+            properties.setdefault("uri", conn.host)
+        if conn.password and target:
+            properties[target] = conn.password
+        elif conn.password and conn.login:
+            properties["credential"] = f"{conn.login}:{conn.password}"
+        return tuple(sorted(properties.items()))
 
     def reader_settings(self) -> settings_mod.Settings:
         """The same settings, logged in as the read-only role (connection `warehouse_readonly`, else
@@ -75,4 +99,8 @@ class EosflowHook(BaseHook):
             "EOSFLOW_PG_OPTIONS": json.dumps(dict(s.pg_options)),
             "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS": s.bootstrap_servers,
             "EOSFLOW_KAFKA_CONFIG": json.dumps(dict(s.kafka_config)),
-        }
+        } | (
+            {}
+            if s.iceberg_catalog_properties is None
+            else {"EOSFLOW_ICEBERG_CATALOG_PROPERTIES": json.dumps(dict(s.iceberg_catalog_properties))}
+        )

@@ -7,3 +7,11 @@ class StackError(RuntimeError):
 
 class PipelineConfigError(ValueError):
     """The pipelines file is wrong; the message names the pipeline, the key and what is expected."""
+
+
+class SinkUnavailableError(RuntimeError):
+    """A sink's store (a catalog, an object store) did not answer; nothing was committed: a retry may do."""
+
+
+class SinkAccessError(RuntimeError):
+    """A sink's store refused: credentials, a bucket, its configuration; nothing was committed: fix it first."""

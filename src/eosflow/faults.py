@@ -43,8 +43,9 @@ PAUSE_TIMEOUT_S = 900.0
 
 
 # Inside a sink's Spark task: a SIGKILL there kills the Python worker in the middle of its work
-# (the Kafka sink: the range's records produced, its transaction still open), and the job fails.
-SINK_FAULT_POINTS = ("in_kafka_transaction",)
+# (the Kafka sink: the range's records produced, its transaction still open; the Iceberg sink: its
+# Parquet files written into their streams, the uploads not completed), and the job fails.
+SINK_FAULT_POINTS = ("in_kafka_transaction", "in_file_upload")
 
 
 def fault_point(name: str) -> None:

@@ -29,6 +29,19 @@ SECRETS = {
     "AIRFLOW_CONN_WAREHOUSE_READONLY": json.dumps(
         {"conn_type": "postgres", "login": "r", "password": "conn-S3CRET-h8"}
     ),
+    "AIRFLOW_CONN_ICEBERG_DEFAULT": json.dumps(
+        {
+            "conn_type": "generic",
+            "host": "http://catalog.example:8181",
+            "password": "conn-S3CRET-i9",
+            "extra": {
+                "password_property": "token",
+                "s3.secret-access-key": "conn-S3CRET-j10",
+                "warehouse": "w",
+            },
+        }
+    ),
+    "EOSFLOW_ICEBERG_CATALOG_PROPERTIES": json.dumps({"credential": "id:iceberg-S3CRET-k11"}),
 }
 MARKERS = ["S3CRET"]  # every secret above holds it, and nothing else does
 
@@ -87,6 +100,13 @@ def test_the_spark_task_gets_its_secrets_when_it_runs_and_its_template_field_nev
     assert env["EOSFLOW_PG_PASSWORD"] == "conn-S3CRET-f6"  # the connection, read at run time
     assert json.loads(env["EOSFLOW_KAFKA_CONFIG"])["sasl.password"] == "conn-S3CRET-g7"
     assert json.loads(env["EOSFLOW_SCHEMA_REGISTRY_CONFIG"])["basic.auth.user.info"].endswith("S3CRET-d4")
+    iceberg = json.loads(env["EOSFLOW_ICEBERG_CATALOG_PROPERTIES"])  # the connection, not the worker's
+    assert iceberg == {
+        "uri": "http://catalog.example:8181",
+        "token": "conn-S3CRET-i9",
+        "s3.secret-access-key": "conn-S3CRET-j10",
+        "warehouse": "w",
+    }
     task._job_env = env
     spark = task._get_hook()
     assert spark._env_vars == env  # spark-submit's process gets them ...

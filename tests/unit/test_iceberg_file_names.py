@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eosflow.sinks.iceberg import maintenance
+from eosflow.sinks.iceberg import maintenance, storage
 from eosflow.sinks.iceberg.files import _Writers
 from eosflow.sinks.iceberg.names import name_part, readable_name
 from eosflow.verify import CheckResult, VerifyResult
@@ -66,7 +66,6 @@ def test_a_file_name_is_readable_only_if_made_of_safe_characters(name, readable)
 
 
 def test_a_task_names_its_files_safely_and_keeps_the_batch_in_their_parquet_metadata(tmp_path):
-    from pyarrow import fs
 
     coordinates = [("kafka_topic", pa.string()), ("kafka_partition", pa.int32())]
     coordinates.append(("kafka_offset", pa.int64()))
@@ -82,7 +81,7 @@ def test_a_task_names_its_files_safely_and_keeps_the_batch_in_their_parquet_meta
         }
     )
     location = tmp_path.as_uri()
-    writers = _Writers(fs.LocalFileSystem(), str(tmp_path), location, OLD_BATCH, "orders")
+    writers = _Writers(*storage.filesystem({}, location), location, OLD_BATCH, "orders")
     writers.add((".orders:eu", 4), rows, valid, rejected)
     writers.close()
     (row,) = writers.rows()

@@ -9,7 +9,7 @@ committed; a re-run of the same run id re-writes it).
 
 from __future__ import annotations
 
-from eosflow.errors import PipelineConfigError
+from eosflow.errors import PipelineConfigError, SinkAccessError, SinkUnavailableError
 from eosflow.kafka_client import KafkaAuthenticationError, KafkaUnavailableError
 from eosflow.ledger.backfill import BackfillError
 from eosflow.ledger.mirror import CommitTimedOutError, LedgerBehindError
@@ -45,10 +45,12 @@ EXIT = {
     KafkaAuthenticationError: 2,
     TransformContractError: 2,
     RegistryAuthenticationError: 2,
+    SinkAccessError: 2,
     KafkaUnavailableError: 1,
     ReadStalledError: 1,
     ReadBackIncompleteError: 1,
     RegistryUnavailableError: 1,
+    SinkUnavailableError: 1,
 }
 OUTCOME = {
     FencedError: "fenced",

@@ -1,10 +1,7 @@
-"""Where an Iceberg sink's tables live, and the positions they hold.
+"""An Iceberg sink's tables in their catalog, and the positions they hold.
 
-The catalog is PyIceberg's SQL catalog, by default in the warehouse Postgres: its tables
-(`iceberg_tables`, `iceberg_namespace_properties`) are the ones Iceberg's JDBC catalog uses, so Spark,
-Trino or Flink find the same tables (the tests read them with PyIceberg only, so far). Data files go under
-EOSFLOW_ICEBERG_WAREHOUSE (default `file://<state dir>/iceberg`; any filesystem pyarrow supports:
-`s3://bucket/prefix`, `gs://...`).
+Which catalog, and its properties: config.py (any catalog PyIceberg supports; the SQL catalog in the
+warehouse when nothing is configured). Files go through the table's own FileIO: storage.py.
 
 A table's positions are its own properties, `eosflow.position.<topic>[<partition>]`, set in the same
 Iceberg commit as the data files they account for: table metadata, so they survive snapshot expiry
@@ -15,9 +12,7 @@ and counts, and how many replays committed with the last one's batch and counts.
 from __future__ import annotations
 
 import json
-import os
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -25,9 +20,11 @@ import pyarrow as pa
 from eosflow.errors import PipelineConfigError
 from eosflow.ledger.mirror import SinkCommitted, SinkReplayed
 from eosflow.settings import Settings
+from eosflow.sinks.iceberg.config import CatalogConfig
+from eosflow.sinks.iceberg.reach import reaching
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
 Key = tuple[str, int]
@@ -39,63 +36,24 @@ NO_RETRIES = {"commit.retry.num-retries": "0"}
 DAY_PARTITION = "kafka_day"
 
 
-@dataclass(frozen=True)
-class Where:
-    """The catalog and the file location, from the environment (docs/reference/environment.md)."""
-
-    name: str
-    uri: str = field(repr=False)  # holds the warehouse password
-    warehouse: str
-
-    @classmethod
-    def of(cls, settings: Settings) -> Where:
-        return cls(
-            os.environ.get("EOSFLOW_ICEBERG_CATALOG", "eosflow"),
-            _checked_uri(os.environ.get("EOSFLOW_ICEBERG_CATALOG_URI") or _warehouse_uri(settings)),
-            os.environ.get("EOSFLOW_ICEBERG_WAREHOUSE", (settings.state_dir / "iceberg").as_uri()),
-        )
+def catalog(settings: Settings) -> Catalog:
+    """The configured catalog, reached (an unreachable or refused one raises reach's errors, no secret)."""
+    config = CatalogConfig.of(settings)
+    with reaching(config, "opening the Iceberg catalog"):
+        return config.load()
 
 
-def _warehouse_uri(settings: Settings) -> str:
-    """The warehouse as a SQLAlchemy URL, each part quoted: a password with `@ : / % #` stays itself."""
-    from sqlalchemy.engine import URL
-
-    url = URL.create(
-        "postgresql+psycopg",
-        username=settings.pg_user,
-        password=settings.pg_password,
-        host=settings.pg_host,
-        port=settings.pg_port,
-        database=settings.pg_database,
-    )
-    return url.render_as_string(hide_password=False)
+def load(settings: Settings, name: str) -> Table:
+    """A table of the configured catalog, loaded (reach's errors when the catalog fails to answer)."""
+    config = CatalogConfig.of(settings)
+    with reaching(config, f"loading Iceberg table {name}"):
+        return config.load().load_table(name)
 
 
-def _checked_uri(uri: str) -> str:
-    """The URI, parsed once here: SQLAlchemy's own parse error would quote a piece of the password."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        make_url(uri)
-    except Exception:
-        raise PipelineConfigError(
-            "EOSFLOW_ICEBERG_CATALOG_URI is not a SQLAlchemy URL (not shown: it may hold a password). "
-            "Write it as dialect+driver://user:password@host:port/database, with the user and password "
-            "percent-encoded (urllib.parse.quote(password, safe=''))"
-        ) from None
-    return uri
-
-
-def catalog(settings: Settings) -> SqlCatalog:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    where = Where.of(settings)
-    return SqlCatalog(where.name, uri=where.uri, warehouse=where.warehouse)
-
-
-def ensure_table(cat: SqlCatalog, name: str, columns: list[tuple[str, pa.DataType]], log) -> Table:
+def ensure_table(cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]], log) -> Table:
     """The table, made from the declaration (partitioned by day of the Kafka timestamp), or evolved:
-    declared columns it lacks are added as optional ones; a column whose type changed is refused."""
+    declared columns it lacks are added as optional ones; a table another writer changed so that eosflow's
+    files no longer fit (a column's type, a Kafka coordinate made optional, the partition spec) is refused."""
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import DayTransform
@@ -118,6 +76,7 @@ def ensure_table(cat: SqlCatalog, name: str, columns: list[tuple[str, pa.DataTyp
         table = cat.create_table(name, schema, partition_spec=spec, properties=NO_RETRIES)
         log(f"created Iceberg table {name} at {table.location()}, partitioned by day of kafka_timestamp")
         return table
+    _refuse_incompatible(table)
     _evolve(table, wanted, log)
     if table.properties.get("commit.retry.num-retries") != "0":
         with table.transaction() as tx:
@@ -125,6 +84,36 @@ def ensure_table(cat: SqlCatalog, name: str, columns: list[tuple[str, pa.DataTyp
         log(f"{name}: set commit.retry.num-retries to 0 (a retried commit would not be fenced)")
         table = cat.load_table(name)
     return table
+
+
+def _refuse_incompatible(table: Table) -> None:
+    """Before anything is written: the table still takes the files eosflow writes (required coordinates,
+    one file per day of kafka_timestamp, as add_files needs), else a refusal naming what changed."""
+    from pyiceberg.transforms import DayTransform
+
+    name = ".".join(table.name())
+    problems = []
+    fields = {f.name: f for f in table.schema().fields}
+    for column in sorted(_REQUIRED):
+        if column not in fields:
+            problems.append(f"column {column} is gone")
+        elif not fields[column].required:
+            problems.append(f"column {column} was made optional")
+    spec = table.spec()
+    ours = [
+        f
+        for f in spec.fields
+        if isinstance(f.transform, DayTransform)
+        and table.schema().find_column_name(f.source_id) == "kafka_timestamp"
+    ]
+    if len(spec.fields) != 1 or not ours:
+        problems.append(f"its partition spec is {spec} (eosflow writes one file per day(kafka_timestamp))")
+    if problems:
+        raise PipelineConfigError(
+            f"Iceberg table {name} was changed by another writer: {'; '.join(problems)}. eosflow's files no "
+            "longer fit it, so nothing was written. Restore what changed (ALTER TABLE in the engine that "
+            "changed it), or point the pipeline at a new table and backfill it"
+        )
 
 
 _REQUIRED = frozenset({"kafka_topic", "kafka_partition", "kafka_offset", "batch_id"})

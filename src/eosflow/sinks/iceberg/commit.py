@@ -3,9 +3,12 @@
 The driver loads the table, compares each planned range with the position the table holds (the same
 decision as a Kafka sink's: the planned start means go on, the planned end set by this batch means
 already committed, anything else FENCED), then adds the files and sets the positions in one Iceberg
-transaction. The catalog swaps the table's metadata only if it is still the one loaded (and PyIceberg
-does not retry: catalog.NO_RETRIES), so a run raced by another commit fails whole: FENCED, with
-nothing of it visible. A replay (commit_replay) is the same one transaction: its ranges' rows deleted
+transaction. Every such transaction makes a snapshot (an empty append when no file is added) and so
+asserts that the table's `main` is still the snapshot the run loaded: a SQL catalog swaps the metadata
+only if it is still the one loaded, a REST catalog applies the commit only if that assertion holds (no
+requirement asserts properties), and PyIceberg does not retry (catalog.NO_RETRIES). So a run raced by
+another commit fails whole, on any catalog: FENCED, with nothing of it visible. A replay (commit_replay)
+is the same one transaction: its ranges' rows deleted
 (PyIceberg rewrites the files they share with other rows), the re-read files added, the replay counted.
 """
 
@@ -58,7 +61,7 @@ def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, Range
         done = SinkCommitted(part.range.end, plan.batch_id, w.read, w.written, w.rejected)
         body = iceberg.committed_body(bodies.get(_key(part)), done, w.rejected_files)
         properties |= iceberg.position_property(_key(part), body)
-    return outcomes | _transaction(table, going, written, files, properties)
+    return outcomes | _transaction(table, plan, going, written, files, properties)
 
 
 def commit_replay(
@@ -121,7 +124,7 @@ def commit_replay(
         properties |= iceberg.position_property(_key(part), body)
     files = [f for p in going for f in written.get(_key(p), Written()).data_files]
     deleted = [in_range(p.range) for p in going]
-    return outcomes | _transaction(table, going, written, files, properties, deleted)
+    return outcomes | _transaction(table, plan, going, written, files, properties, deleted)
 
 
 def in_range(r: OffsetRange):
@@ -137,17 +140,30 @@ def in_range(r: OffsetRange):
 
 
 def _transaction(
-    table, going: list[PartitionPlan], written: Mapping[Key, Written], files, properties, deleted=()
+    table,
+    plan: Plan,
+    going: list[PartitionPlan],
+    written: Mapping[Key, Written],
+    files,
+    properties,
+    deleted=(),
 ) -> dict[Key, RangeOutcome]:
     """One Iceberg transaction: rows deleted, files added, positions set; FENCED if the table changed."""
     from pyiceberg.exceptions import CommitFailedException
 
+    summary = {"eosflow.batch-id": plan.batch_id, "eosflow.pipeline": plan.pipeline}
     try:
         with table.transaction() as tx:
             for where in deleted:
-                tx.delete(where)
+                tx.delete(where, snapshot_properties=summary)
             if files:
-                tx.add_files(files)
+                tx.add_files(files, snapshot_properties=summary)
+            else:
+                # No file to add (and a delete that matched no row makes no snapshot): an empty append
+                # still moves `main`, so the commit asserts the snapshot it started from, as a REST
+                # catalog checks it, and a race with it is fenced.
+                with tx.update_snapshot(snapshot_properties=summary).fast_append():
+                    pass
             tx.set_properties(properties)
     except CommitFailedException as exc:
         why = f"another commit changed {'.'.join(table.name())} since this run loaded it ({exc})"

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from eosflow.faults import fault_point
 from eosflow.schema.arrow import valid_columns
+from eosflow.sinks.iceberg import storage
 from eosflow.sinks.iceberg.catalog import arrow_schema
 from eosflow.sinks.iceberg.names import name_part
 from eosflow.transform import REJECTED_COLUMNS, BatchCheck
@@ -53,16 +55,19 @@ class Written:
         self.rejected_files += json.loads(row.rejected_files)
 
 
-def range_writer(location: str, batch_id: str, check: BatchCheck) -> Callable[[Iterator], Iterator]:
-    """The function each Spark task runs over its Arrow batches (mapInArrow)."""
+def range_writer(
+    location: str, io_properties: Mapping[str, str], batch_id: str, check: BatchCheck
+) -> Callable[[Iterator], Iterator]:
+    """The function each Spark task runs over its Arrow batches (mapInArrow); `io_properties` make the
+    table's FileIO in the task (storage.py: the store's endpoint and credentials, never logged)."""
+    properties = dict(io_properties)
     valid = arrow_schema(valid_columns(check.schema))
     rejected = pa.schema(REJECTED_COLUMNS)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
-        from pyarrow import fs
 
-        filesystem, root = fs.FileSystem.from_uri(location)
+        filesystem, root = storage.filesystem(properties, location)
         writers = _Writers(filesystem, root, location, batch_id, check.pipeline)
         try:
             for batch in batches:
@@ -123,6 +128,7 @@ class _Writers:
         self.pipeline = pipeline
         self.batch_part = name_part(batch_id)
         self.open: dict[tuple, object] = {}
+        self.streams: list = []  # closed after their writers: the upload to an object store ends there
         self.parts: dict[tuple[str, int], dict] = {}
         self.task = uuid.uuid4().hex[:12]
 
@@ -159,8 +165,10 @@ class _Writers:
             parts = (self.batch_part, name_part(topic), partition, day or "none", self.task)
             name = f"{folder}/{'-'.join(map(str, parts))}.parquet"
             path = f"{self.root.rstrip('/')}/{name}"
-            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            writer = pq.ParquetWriter(path, schema, filesystem=self.fs)
+            # The table's FileIO's filesystem: a local one makes the folders, an object store needs none.
+            stream = self.fs.open_output_stream(path)
+            self.streams.append(stream)
+            writer = pq.ParquetWriter(stream, schema)
             writer.add_key_value_metadata(self._origin(key, kind))
             self.open[slot] = writer
             self.parts[key][kind].append(f"{self.location.rstrip('/')}/{name}")
@@ -180,6 +188,10 @@ class _Writers:
     def close(self) -> None:
         for writer in self.open.values():
             writer.close()
+        if self.streams:
+            fault_point("in_file_upload")  # the files' bytes sent, their uploads not completed
+        for stream in self.streams:
+            stream.close()
 
     def rows(self) -> list[dict]:
         return [

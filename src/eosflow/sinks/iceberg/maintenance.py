@@ -137,13 +137,14 @@ def _remove_unreferenced(table, older_than: datetime) -> int:
     names."""
     from pyarrow import fs
 
+    from eosflow.sinks.iceberg import storage
     from eosflow.sinks.iceberg.catalog import rejected_files
 
     referenced = set(table.inspect.all_files().column("file_path").to_pylist())
     for kind in ("data", "replay"):
         referenced |= {f for files in rejected_files(table, kind).values() for f in files}
     location = table.location().rstrip("/")
-    filesystem, root = fs.FileSystem.from_uri(location)
+    filesystem, root = storage.filesystem(storage.io_properties(table), location)
     removed = 0
     for folder in ("data", "eosflow-rejected"):
         selector = fs.FileSelector(f"{root.rstrip('/')}/{folder}", recursive=True, allow_not_found=True)

@@ -52,9 +52,9 @@ class IcebergSink(Sink):
         return f"iceberg {self.iceberg_table}"
 
     def output_uri(self, settings: Settings) -> str:
-        from eosflow.sinks.iceberg.catalog import Where
+        from eosflow.sinks.iceberg.config import CatalogConfig
 
-        return f"iceberg://{Where.of(settings).name}/{self.iceberg_table.replace('.', '/')}"
+        return f"iceberg://{CatalogConfig.of(settings).name}/{self.iceberg_table.replace('.', '/')}"
 
     def describe(self) -> str:
         return f"Iceberg table `{self.iceberg_table}`"
@@ -65,24 +65,31 @@ class IcebergSink(Sink):
         """The table made (or evolved) from the declaration; the ledger caught up with the table."""
         from eosflow.ledger import mirror
         from eosflow.schema.arrow import valid_columns
-        from eosflow.sinks.iceberg import catalog
+        from eosflow.sinks.iceberg import catalog, storage
+        from eosflow.sinks.iceberg.config import CatalogConfig
+        from eosflow.sinks.iceberg.reach import reaching
 
-        table = catalog.ensure_table(
-            catalog.catalog(settings), self.iceberg_table, valid_columns(pipeline.schema), log
-        )
+        # The catalog, the table and the store are all reached before planning: whatever refuses or does
+        # not answer stops the run here, before a file is written (docs/DESIGN.md, "Refusals").
+        config = CatalogConfig.of(settings)
+        with reaching(config, f"preparing Iceberg table {self.iceberg_table}"):
+            columns = valid_columns(pipeline.schema)
+            table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log)
+            storage.probe(table)
         # The table is read only once reconcile has read the ledger: the table commits before the
         # ledger mirrors, so a table read after the ledger is never behind it, whatever another run
         # commits meanwhile (read before it, a run committing in between looked like a gap).
         loaded: list = []
 
         def in_table(topic: str, partitions: list[int]):
-            loaded[:] = [table.refresh()]
+            with reaching(config, f"reading Iceberg table {self.iceberg_table}'s positions"):
+                loaded[:] = [table.refresh()]
             held = catalog.positions(loaded[0])
             return {p: held[(topic, p)] for p in partitions if (topic, p) in held}
 
         def rejected(conn: psycopg.Connection, plan, parts) -> None:
             files = catalog.rejected_files(loaded[0]), catalog.rejected_files(loaded[0], "replay")
-            _rejected_rows(*files)(conn, plan, parts)
+            _rejected_rows(*files, storage.io_properties(loaded[0]))(conn, plan, parts)
 
         mirror.reconcile(conn, pipeline.name, pipeline.topics, in_table, self._where, log, rejected)
 
@@ -93,24 +100,30 @@ class IcebergSink(Sink):
     def write(self, conn: psycopg.Connection, run: Run) -> dict:
         """Each Spark task writes its range's files; the driver commits them all, with the positions, in
         one Iceberg commit. Returns each range's outcome (committed in the table when this returns)."""
-        from eosflow.sinks.iceberg import catalog, commit, files
+        from eosflow.sinks.iceberg import catalog, commit, files, storage
+        from eosflow.sinks.iceberg.config import CatalogConfig
+        from eosflow.sinks.iceberg.reach import reaching
 
         plan = run.plan
         written: dict[tuple[str, int], files.Written] = {}
-        table = catalog.catalog(run.settings).load_table(self.iceberg_table)
+        table = catalog.load(run.settings, self.iceberg_table)
         if plan.nonempty:
             run.check_topics_unchanged()
+            properties = storage.io_properties(table)
             with run.read("read+transform+write files") as result:
-                rows = result.map_records(
-                    files.range_writer(table.location(), plan.batch_id, result.check), files.WRITTEN_SCHEMA
-                ).collect()
+                write = files.range_writer(table.location(), properties, plan.batch_id, result.check)
+                rows = result.map_records(write, files.WRITTEN_SCHEMA).collect()
             for row in rows:
                 written.setdefault((row.kafka_topic, row.kafka_partition), files.Written()).add(row)
             # The files are written and nothing names them yet: the state a warehouse sink's staging
             # leaves, so the same two points stand here (the lab kills at each named boundary).
             fault_point("after_read")
             fault_point("after_stage")
-        with run.time("iceberg commit"):
+        config = CatalogConfig.of(run.settings)
+        # A catalog that stops answering now leaves the commit's fate unknown: the table's positions tell
+        # the next run (it mirrors a commit that landed, and re-plans one that did not).
+        after = "whether the commit landed, the next run reads from the table's positions"
+        with run.time("iceberg commit"), reaching(config, f"committing to {self.iceberg_table}", after):
             if plan.kind == "replay":
                 outcomes = commit.commit_replay(table, plan, written, self._committed_in(conn, run, table))
             else:
@@ -122,7 +135,11 @@ class IcebergSink(Sink):
             f"{self.iceberg_table}: "
             + ", ".join(f"{t}[{p}] {o.outcome}" for (t, p), o in sorted(outcomes.items()))
         )
-        return {"outcomes": outcomes, "rejected_files": {k: w.rejected_files for k, w in written.items()}}
+        return {
+            "outcomes": outcomes,
+            "rejected_files": {k: w.rejected_files for k, w in written.items()},
+            "io_properties": storage.io_properties(table),
+        }
 
     def _committed_in(self, conn: psycopg.Connection, run: Run, table):
         """What a replay's re-read is checked against: the rows the table holds in the range (at the
@@ -145,13 +162,14 @@ class IcebergSink(Sink):
 
         assert isinstance(written, dict)
         fault_point("in_commit")  # committed in the table, not yet mirrored in the ledger
-        files = written["rejected_files"]
+        files, io = written["rejected_files"], written["io_properties"]
         with run.time("ledger mirror"):
             if run.plan.kind == "replay":
                 return mirror.mirror_replay(
-                    conn, run.plan, written["outcomes"], self._where, _rejected_rows({}, files)
+                    conn, run.plan, written["outcomes"], self._where, _rejected_rows({}, files, io)
                 )
-            return mirror.mirror(conn, run.plan, written["outcomes"], self._where, _rejected_rows(files, {}))
+            also = _rejected_rows(files, {}, io)
+            return mirror.mirror(conn, run.plan, written["outcomes"], self._where, also)
 
     # --- after a run
 
@@ -159,9 +177,9 @@ class IcebergSink(Sink):
         """Small files merged per day, old snapshots expired, unreferenced files removed (maintenance.py)."""
         from eosflow.settings import load
         from eosflow.sinks.iceberg import maintenance
-        from eosflow.sinks.iceberg.catalog import catalog
+        from eosflow.sinks.iceberg.catalog import load as load_table
 
-        return maintenance.compact(catalog(load()).load_table(self.iceberg_table), target_rows)
+        return maintenance.compact(load_table(load(), self.iceberg_table), target_rows)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         from eosflow.sinks.iceberg.verify import verify_iceberg_sink
@@ -169,14 +187,18 @@ class IcebergSink(Sink):
         return verify_iceberg_sink(settings, pipeline, self.iceberg_table)
 
 
-def _rejected_rows(files: Mapping[tuple[str, int], list[str]], replayed: Mapping[tuple[str, int], list[str]]):
+def _rejected_rows(
+    files: Mapping[tuple[str, int], list[str]],
+    replayed: Mapping[tuple[str, int], list[str]],
+    io_properties: Mapping[str, str],
+):
     """The ledger mirror's `also`: each mirrored range's rejected rows, from its files (a commit's, or a
     replay's), into eosflow.rejected (in the mirror's transaction); a replay's replace the range's."""
 
     def insert(conn: psycopg.Connection, plan, parts) -> None:
         import pyarrow.parquet as pq
-        from pyarrow import fs
 
+        from eosflow.sinks.iceberg import storage
         from eosflow.transform import REJECTED_COLUMNS
 
         names = [n for n, _ in REJECTED_COLUMNS]
@@ -190,7 +212,7 @@ def _rejected_rows(files: Mapping[tuple[str, int], list[str]], replayed: Mapping
                 )
             chosen = replayed if plan.kind == "replay" else files
             for uri in chosen.get((r.topic, r.partition), []):
-                filesystem, path = fs.FileSystem.from_uri(uri)
+                filesystem, path = storage.filesystem(io_properties, uri)
                 rows = pq.read_table(path, filesystem=filesystem).select(names).to_pylist()
                 with conn.cursor().copy(f"copy eosflow.rejected ({', '.join(names)}) from stdin") as copy:
                     for row in rows:

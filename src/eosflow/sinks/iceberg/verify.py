@@ -37,11 +37,11 @@ COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset", "batch_id")
 def verify_iceberg_sink(settings: Settings, pipeline: Pipeline, table_name: str) -> VerifyResult:
     """dbt's I1-I6 for the pipeline, its output read from the Iceberg table `table_name` (the orders
     marts are warehouse tables: not built for an Iceberg pipeline)."""
-    from eosflow.sinks.iceberg.catalog import catalog
+    from eosflow.sinks.iceberg.catalog import load
 
     key = pipeline.schema.business_key
     columns = COORDINATES + ((key,) if key and key not in COORDINATES else ())
-    table = catalog(settings).load_table(table_name)
+    table = load(settings, table_name)
     rows = table.scan(selected_fields=columns).to_arrow().select(list(columns))
     copy = sql.Identifier(SCHEMA, pipeline.name)
     with psycopg.connect(settings.warehouse_dsn) as conn:
