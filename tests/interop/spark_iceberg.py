@@ -1,0 +1,288 @@
+"""A reader of eosflow's Iceberg tables that is not PyIceberg: Apache Spark with Iceberg's Spark runtime.
+
+A dev tool for the tests (eosflow itself never imports it). The project's own pyspark (4.3.0) cannot load
+Iceberg's newest Spark runtime (1.12.0 is built for Spark 4.1, and fails on 4.3 with
+IncompatibleClassChangeError on SparkView), so the reader is a Python of its own: a virtualenv under the
+state folder (.stack/readers/spark-4.1/venv) with pyspark 4.1.1 from reader-requirements.txt (pinned, with
+hashes), and the jars of infra/maven/iceberg-reader/pom.xml (strict checksums, SHA-256 in
+infra/jars.sha256), both made on first use and kept.
+
+    reader = ensure_reader(settings)
+    got = reader.read(jdbc_catalog(settings), "lake.orders")  # got.rows: a pyarrow.Table
+
+Each read is one short Spark process (tests/interop/spark_read.py under the reader's Python). The catalog
+properties reach it on standard input, never on a command line or in its environment.
+
+    python -m tests.interop.spark_iceberg --install       # make the reader now (CI, a cold machine)
+    python -m tests.interop.spark_iceberg --update-lock   # after changing the POM: record the new jars
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+
+from eosflow.errors import StackError
+from eosflow.runtime import jars
+from eosflow.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+REQUIREMENTS = HERE / "reader-requirements.txt"
+SCRIPT = HERE / "spark_read.py"
+PYSPARK = "4.1.1"
+ICEBERG = "1.12.0"
+JARS = "iceberg-reader"  # infra/maven/iceberg-reader/pom.xml
+RUNTIME_JAR = f"iceberg-spark-runtime-4.1_2.13-{ICEBERG}.jar"
+# What one install took here (2 cores): pyspark 4.1.1 is a 455 MB sdist built into a wheel locally;
+# pip's wheel cache makes the next install about 6 s.
+INSTALL_SECONDS = 40
+READ_TIMEOUT_S = 300
+# Property keys whose values are secrets: never shown in an error.
+# (Iceberg's and PyIceberg's names: jdbc.password, credential, token, s3.secret-access-key, ...)
+_SECRET_KEY = re.compile(r"(?i)password|secret|token|credential|key")
+
+
+class ReaderError(RuntimeError):
+    """The Spark reader could not be made, or a read failed; the message says what and what to do."""
+
+
+@dataclass(frozen=True)
+class SparkRead:
+    """What Spark read: the rows, Spark's own count(*), and the table's snapshots (oldest first)."""
+
+    rows: pa.Table = field(repr=False)
+    count: int
+    snapshots: list[dict]
+    spark_version: str
+    iceberg_version: str
+    start_seconds: float  # the Spark session's start, in the child
+    read_seconds: float  # the SELECT, written out as Parquet
+    seconds: float  # the whole read, the child's Python and JVM included
+
+
+@dataclass(frozen=True)
+class Reader:
+    python: Path
+    jars: list[Path] = field(repr=False)
+
+    def read(
+        self,
+        catalog: dict[str, str],
+        table: str,
+        columns: list[str] | None = None,
+        catalog_name: str = "eosflow",
+    ) -> SparkRead:
+        """`table` ("namespace.name") of the Iceberg catalog `catalog` (Iceberg catalog properties: type,
+        uri, warehouse, io-impl, ...; each becomes spark.sql.catalog.<catalog_name>.<key>). A JDBC
+        catalog's `catalog_name` must be the name the writer used: it keys the catalog's rows."""
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="eosflow-spark-read-") as out:
+            request = {
+                "catalog_name": catalog_name,
+                "properties": catalog,
+                "table": table,
+                "columns": columns,
+                "jars": [str(j) for j in self.jars],
+                "out": out,
+                "driver_memory": "512m",
+            }
+            try:
+                done = subprocess.run(
+                    [str(self.python), str(SCRIPT)],
+                    input=json.dumps(request),
+                    capture_output=True,
+                    text=True,
+                    env=_child_env(),
+                    cwd=out,
+                    timeout=READ_TIMEOUT_S,
+                )
+            except subprocess.TimeoutExpired as e:
+                tail = _tail(e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or "", catalog)
+                raise ReaderError(f"Spark did not read {table} within {READ_TIMEOUT_S} s:\n{tail}") from None
+            if done.returncode != 0:
+                raise ReaderError(
+                    f"Spark could not read {table} from catalog {catalog_name} (exit {done.returncode}); "
+                    f"its last lines (secret values shown as ***):\n{_tail(done.stderr, catalog)}"
+                )
+            import pyarrow.parquet as pq
+
+            summary = json.loads((Path(out) / "summary.json").read_text())
+            rows = pq.read_table(Path(out) / "rows")
+        return SparkRead(
+            rows=rows,
+            count=summary["count"],
+            snapshots=summary["snapshots"],
+            spark_version=summary["spark_version"],
+            iceberg_version=summary["iceberg_version"],
+            start_seconds=summary["start_seconds"],
+            read_seconds=summary["read_seconds"],
+            seconds=round(time.monotonic() - started, 2),
+        )
+
+
+def secrets(properties: dict[str, str]) -> list[str]:
+    """The texts an error must not show: secret-looking properties' values (password, secret, token, key,
+    credential) and the password of any user:password@ in a URI (jdbc:postgresql://u:p@host/db too)."""
+    found: set[str] = set()
+    for key, value in properties.items():
+        if value and _SECRET_KEY.search(key):
+            found.add(value)
+        for userinfo in re.findall(r"://([^/@\s]*)@", value or ""):
+            password = userinfo.partition(":")[2]
+            if password:
+                found |= {password, unquote(password)}
+    found |= {quote(s, safe="") for s in found}
+    return sorted((s for s in found if s), key=len, reverse=True)  # the longest first: none half-hidden
+
+
+def redact(text: str, properties: dict[str, str]) -> str:
+    """`text` with every one of the properties' secrets (see `secrets`) as ***."""
+    for secret in secrets(properties):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _tail(stderr: str, properties: dict[str, str], lines: int = 30) -> str:
+    """The child's last words, without the Java stack frames that bury them (the messages and their
+    "Caused by:" lines stay), secrets redacted."""
+    kept = [line for line in stderr.splitlines() if not re.match(r"\s+(at |\.\.\. \d+ more)", line)]
+    return redact("\n".join(kept[-lines:]), properties)
+
+
+def _child_env() -> dict[str, str]:
+    """The reader's environment: a few plain variables only. Nothing of this process's SPARK_HOME,
+    PYSPARK_* or PYTHONPATH (they name the project's pyspark 4.3), nor any EOSFLOW_/PG/AWS secret."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "TZ")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+# -- the catalog eosflow writes by default ---------------------------------------------------------------
+def jdbc_catalog(settings: Settings) -> dict[str, str]:
+    """eosflow's default catalog (the SQL catalog in the warehouse Postgres, files under
+    EOSFLOW_ICEBERG_WAREHOUSE) as Iceberg's JDBC catalog properties: PyIceberg's SqlCatalog keeps its
+    tables in the schema Iceberg's JdbcCatalog reads (iceberg_tables, iceberg_namespace_properties).
+    Read it with catalog_name = EOSFLOW_ICEBERG_CATALOG (default eosflow): the rows are keyed by it."""
+    return {
+        "type": "jdbc",
+        "uri": f"jdbc:postgresql://{settings.pg_host}:{settings.pg_port}/{settings.pg_database}",
+        "jdbc.user": settings.pg_user,
+        "jdbc.password": settings.pg_password,
+        "warehouse": os.environ.get("EOSFLOW_ICEBERG_WAREHOUSE", (settings.state_dir / "iceberg").as_uri()),
+    }
+
+
+# -- making the reader -------------------------------------------------------------------------------------
+def folder(settings: Settings) -> Path:
+    return settings.state_dir / "readers" / "spark-4.1"
+
+
+def _stamp_key() -> str:
+    """The pinned versions: a change to the requirements (or the Python) makes the venv again."""
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes())
+    digest.update(f"python {sys.version_info[0]}.{sys.version_info[1]}".encode())
+    return digest.hexdigest()[:16]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One maker at a time (pytest-xdist workers may ask together); the others wait, then find it made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_reader(settings: Settings, log: Callable[[str], None] = print) -> Reader:
+    """The reader, made if needed (idempotent): the virtualenv with pyspark, then the jars (fetched by
+    mvn, checked against infra/jars.sha256). Fails, never skips, when pip or Maven fails."""
+    home = folder(settings)
+    with _locked(home / ".lock"):
+        python = _ensure_venv(home / "venv", log)
+        try:
+            target = jars.fetch(settings, JARS, log=log)
+        except StackError as e:
+            raise ReaderError(f"the Spark reader's jars: {e}") from None
+    found = sorted(target.glob("*.jar"))
+    if RUNTIME_JAR not in {j.name for j in found}:
+        raise ReaderError(
+            f"{target} has no {RUNTIME_JAR}: infra/maven/{JARS}/pom.xml and ICEBERG = {ICEBERG!r} in "
+            f"{__file__} disagree; make them name the same version"
+        )
+    return Reader(python, found)
+
+
+def _ensure_venv(venv: Path, log: Callable[[str], None]) -> Path:
+    python = venv / "bin" / "python"
+    stamp = venv / ".eosflow-reader"
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == _stamp_key():
+        return python
+    log(f"installing pyspark {PYSPARK} for the Spark reader in {venv} (once, about {INSTALL_SECONDS} s)")
+    started = time.monotonic()
+    shutil.rmtree(venv, ignore_errors=True)  # a half-made one from an install that failed
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], "make the reader's virtualenv")
+    # The project's pip installs into it (--python): no second pip to bootstrap. Hashes required: every
+    # download is checked against reader-requirements.txt.
+    _run(
+        [
+            sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+            "--disable-pip-version-check", "--require-hashes", "-r", str(REQUIREMENTS),
+        ],
+        f"install pyspark {PYSPARK} (pip, from {REQUIREMENTS.name})",
+    )  # fmt: skip
+    stamp.write_text(_stamp_key() + "\n")
+    log(f"the Spark reader's pyspark {PYSPARK} is installed ({time.monotonic() - started:.0f} s)")
+    return python
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise ReaderError(
+            f"could not {what} (exit {done.returncode}). Check that the package registry is reachable, "
+            f"then run `python -m tests.interop.spark_iceberg --install` again.\n{tail}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eosflow import settings as settings_mod
+
+    parser = argparse.ArgumentParser(prog="python -m tests.interop.spark_iceberg", description=__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--install", action="store_true", help="make the Spark reader now (idempotent)")
+    what.add_argument(
+        "--update-lock",
+        action="store_true",
+        help=f"fetch the {JARS} jars afresh and record their SHA-256 in {jars.LOCK}",
+    )
+    args = parser.parse_args(argv)
+    settings = settings_mod.load()
+    if args.update_lock:
+        jars.fetch(settings, JARS, update_lock=True)
+        return 0
+    reader = ensure_reader(settings)
+    print(f"the Spark reader is ready: {reader.python}, {len(reader.jars)} jars")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
