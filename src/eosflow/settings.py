@@ -106,6 +106,12 @@ class Settings:
     # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.
     # 0: every plan through Spark. EOSFLOW_INLINE_MAX_OFFSETS.
     inline_max_offsets: int = INLINE_MAX_OFFSETS
+    # The stack's optional servers (`eosflow stack up --with iceberg-rest,s3`): Iceberg's REST catalog,
+    # its warehouse in files ("file") or in the stack's S3 server ("s3"); the S3 server and its bucket.
+    iceberg_rest_port: int = 18181
+    iceberg_rest_storage: str = "file"
+    s3_port: int = 19000
+    s3_bucket: str = "eosflow"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -226,4 +232,8 @@ def load() -> Settings:
         schema_registry_config=_json_object("EOSFLOW_SCHEMA_REGISTRY_CONFIG"),
         registry_port=_int("EOSFLOW_REGISTRY_PORT", 18081),
         inline_max_offsets=_int("EOSFLOW_INLINE_MAX_OFFSETS", INLINE_MAX_OFFSETS),
+        iceberg_rest_port=_int("EOSFLOW_ICEBERG_REST_PORT", 18181),
+        iceberg_rest_storage=os.environ.get("EOSFLOW_ICEBERG_REST_STORAGE", "file").strip() or "file",
+        s3_port=_int("EOSFLOW_S3_PORT", 19000),
+        s3_bucket=os.environ.get("EOSFLOW_S3_BUCKET", "eosflow").strip() or "eosflow",
     )

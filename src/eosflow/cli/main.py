@@ -22,14 +22,17 @@ def _error(exc: Exception) -> None:
 
 def cmd_stack(args: argparse.Namespace) -> int:
     from eosflow import stack
-    from eosflow.stack import process
+    from eosflow.stack import optional, process
 
     s = settings_mod.load()
     if args.update_lock and args.action != "fetch":
         _log("--update-lock goes with `eosflow stack fetch` only")
         return 2
+    if args.with_ and args.action not in ("up", "fetch"):
+        _log("--with goes with `eosflow stack up` and `eosflow stack fetch` only (down stops them all)")
+        return 2
     if args.action == "up":
-        stack.up(s, log=_log)
+        stack.up(s, log=_log, with_=args.with_)
         args.action = "status"
     if args.action == "down":
         stack.down(s, log=_log)
@@ -38,10 +41,10 @@ def cmd_stack(args: argparse.Namespace) -> int:
         stack.reset(s, log=_log)
         return 0
     if args.action == "fetch":
-        stack.fetch(s, log=_log, update_lock=args.update_lock)
+        stack.fetch(s, log=_log, update_lock=args.update_lock, with_=args.with_)
         return 0
     if args.action == "logs":
-        for svc in stack.services(s):
+        for svc in [*stack.services(s), *optional.services(s)]:
             if args.service in (None, svc.name):
                 print(f"==> {svc.log_path} <==")
                 print(process.tail(svc.log_path, args.lines))
@@ -49,8 +52,8 @@ def cmd_stack(args: argparse.Namespace) -> int:
     rows = stack.status(s)
     for row in rows:
         pid = str(row.pid) if row.pid else "-"
-        print(f"{row.name:<9} {row.state:<24} pid {pid:<8} {row.endpoint}")
-    return 0 if all(r.healthy for r in rows) else 3
+        print(f"{row.name:<12} {row.state:<24} pid {pid:<8} {row.endpoint}")
+    return 0 if all(r.ok for r in rows) else 3
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -271,10 +274,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eosflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("stack", help="start, stop and inspect the local Kafka, Postgres and schema registry")
+    p = sub.add_parser(
+        "stack", help="start, stop and inspect the local Kafka, Postgres, schema registry, optional servers"
+    )
     p.add_argument("action", choices=["up", "down", "status", "logs", "reset", "fetch"])
     p.add_argument(
-        "service", nargs="?", choices=["kafka", "postgres", "registry"], help="with logs: only this one"
+        "service",
+        nargs="?",
+        choices=["kafka", "postgres", "registry", "iceberg-rest", "s3"],
+        help="with logs: only this one",
+    )
+    p.add_argument(
+        "--with",
+        dest="with_",
+        action="append",
+        default=[],
+        metavar="SERVICE",
+        help="with up or fetch: an optional server too, iceberg-rest or s3 (repeat it, or a comma list; "
+        "also EOSFLOW_STACK_WITH); down stops them whatever was asked",
     )
     p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
     p.add_argument(

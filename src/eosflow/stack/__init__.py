@@ -1,18 +1,20 @@
 """The local stack: Kafka and Postgres started from the project's own files, and the Spark jars.
 
 `up` is idempotent and waits for real health; `down` stops only what `up` started (found through
-pid files and data folders that are ours).
+pid files and data folders that are ours). The optional servers (eosflow.stack.optional: an Iceberg REST
+catalog, an S3 server) start only when asked (`with`), and every `down` stops them.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eosflow.errors import StackError
 from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.stack import process
+from eosflow.stack import optional, process
 from eosflow.stack.kafka import KafkaService
 from eosflow.stack.postgres import PostgresService
 from eosflow.stack.registry import RegistryService
@@ -26,18 +28,21 @@ def services(settings: Settings) -> list[KafkaService | PostgresService | Regist
     return todo + [RegistryService(settings)] if settings.registry_port else todo
 
 
-def fetch(settings: Settings, log=print, update_lock: bool = False) -> None:
-    """The Maven jars (the broker's, Spark's connector + JDBC driver), each checked against
-    infra/jars.sha256 (`update_lock`: fetched afresh and recorded there), then Spark's class archive."""
+def fetch(settings: Settings, log=print, update_lock: bool = False, with_: Iterable[str] = ()) -> None:
+    """The Maven jars (the broker's, Spark's connector + JDBC driver, and those of the optional servers
+    asked for), each checked against infra/jars.sha256 (`update_lock`: fetched afresh and recorded
+    there), then Spark's class archive."""
     from eosflow.spark import cds
 
-    for name in jars.CLASSPATHS:
+    for name in [*jars.CLASSPATHS, *optional.requested(with_)]:
         jars.fetch(settings, name, log=log, update_lock=update_lock)
     cds.record(settings, log=log)
 
 
-def up(settings: Settings, log=print) -> None:
-    todo = services(settings)
+def up(settings: Settings, log=print, with_: Iterable[str] = ()) -> None:
+    """Start the stack, and the optional servers named in `with_` or EOSFLOW_STACK_WITH."""
+    extra = [optional.service(settings, name) for name in optional.requested(with_)]
+    todo = [*services(settings), *extra]
     for svc in todo:
         svc.prepare(log=log)
     fetch(settings, log=log)
@@ -50,14 +55,15 @@ def up(settings: Settings, log=print) -> None:
 
 
 def down(settings: Settings, log=print) -> None:
-    for svc in reversed(services(settings)):
+    """Stop the stack, and every optional server that runs, asked for or not."""
+    for svc in reversed([*services(settings), *optional.services(settings)]):
         svc.stop(log=log)
 
 
 def reset(settings: Settings, log=print) -> None:
     """Stop, then wipe Kafka's log and the warehouse; the jar cache stays."""
     down(settings, log=log)
-    for svc in services(settings):
+    for svc in [*services(settings), *optional.services(settings)]:
         svc.reset()
     from eosflow.ledger.migrate import forget
 
@@ -72,11 +78,16 @@ class ServiceStatus:
     pid: int | None
     healthy: bool
     endpoint: str
+    optional: bool = False  # started only when asked: not running is "not started", and fine
+
+    @property
+    def ok(self) -> bool:
+        return self.healthy or (self.optional and self.pid is None)
 
     @property
     def state(self) -> str:
         if self.pid is None:
-            return "stopped"
+            return "not started" if self.optional else "stopped"
         return "healthy" if self.healthy else "running, not answering"
 
 
@@ -85,4 +96,8 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for svc in services(settings):
         pid = svc.pid()
         out.append(ServiceStatus(svc.name, pid, pid is not None and svc.healthy(), svc.endpoint()))
+    for extra in optional.services(settings):
+        pid = extra.pid()
+        healthy = pid is not None and extra.healthy()
+        out.append(ServiceStatus(extra.name, pid, healthy, extra.describe(), optional=True))
     return out
