@@ -61,7 +61,8 @@ def down(settings: Settings, log=print) -> None:
 
 
 def reset(settings: Settings, log=print) -> None:
-    """Stop, then wipe Kafka's log and the warehouse; the jar cache stays."""
+    """Stop, then wipe Kafka's log and the warehouse (and the optional servers' catalog and buckets; the
+    S3 credentials stay); the jar cache stays."""
     down(settings, log=log)
     for svc in [*services(settings), *optional.services(settings)]:
         svc.reset()
