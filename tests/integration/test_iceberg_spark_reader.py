@@ -150,3 +150,29 @@ def test_a_read_that_fails_raises_with_sparks_own_words_and_no_secret(case, read
     message = str(e.value)
     assert "Failed to connect: jdbc:postgresql://" in message and "***@127.0.0.1" in message, message
     assert secret not in message and "\tat org.apache" not in message, message
+
+
+def test_a_read_that_hangs_is_ended_with_sparks_jvm(case, reader, monkeypatch):
+    """Past the time allowed, the read's whole process group goes: no JVM is left on the machine."""
+    from tests.interop import spark_iceberg
+
+    monkeypatch.setattr(spark_iceberg, "READ_TIMEOUT_S", 4)  # Spark is still starting then
+    with pytest.raises(ReaderError, match=r"did not read lake\.anything within 4 s") as e:
+        reader.read(jdbc_catalog(case.settings), "lake.anything")
+    assert e.value.pid is not None
+    deadline = time.monotonic() + 10
+    while (left := _in_group(e.value.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"processes of the read's group still running: {left}"
+
+
+def _in_group(pgid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # (state, ppid, pgrp, ...); a zombie is gone
+            found.append(int(stat.parent.name))
+    return found

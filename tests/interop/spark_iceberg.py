@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,10 @@ _SECRET_KEY = re.compile(r"(?i)password|secret|token|credential|key")
 
 class ReaderError(RuntimeError):
     """The Spark reader could not be made, or a read failed; the message says what and what to do."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid  # the read's process, leader of its group (Spark's JVM is in it), when one ran
 
 
 @dataclass(frozen=True)
@@ -102,23 +107,33 @@ class Reader:
                 "out": out,
                 "driver_memory": "512m",
             }
+            # A session of its own: a read that hangs is ended whole, Spark's JVM with it, by group id.
+            child = subprocess.Popen(
+                [str(self.python), str(SCRIPT)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_child_env(),
+                cwd=out,
+                start_new_session=True,
+            )
             try:
-                done = subprocess.run(
-                    [str(self.python), str(SCRIPT)],
-                    input=json.dumps(request),
-                    capture_output=True,
-                    text=True,
-                    env=_child_env(),
-                    cwd=out,
-                    timeout=READ_TIMEOUT_S,
-                )
-            except subprocess.TimeoutExpired as e:
-                tail = _tail(e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or "", catalog)
-                raise ReaderError(f"Spark did not read {table} within {READ_TIMEOUT_S} s:\n{tail}") from None
+                _, stderr = child.communicate(json.dumps(request), timeout=READ_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                _, stderr = child.communicate()
+                raise ReaderError(
+                    f"Spark did not read {table} within {READ_TIMEOUT_S} s (ended); its last lines:\n"
+                    f"{_tail(stderr, catalog)}",
+                    pid=child.pid,
+                ) from None
+            done = subprocess.CompletedProcess(child.args, child.returncode, "", stderr)
             if done.returncode != 0:
                 raise ReaderError(
                     f"Spark could not read {table} from catalog {catalog_name} (exit {done.returncode}); "
-                    f"its last lines (secret values shown as ***):\n{_tail(done.stderr, catalog)}"
+                    f"its last lines (secret values shown as ***):\n{_tail(done.stderr, catalog)}",
+                    pid=child.pid,
                 )
             import pyarrow.parquet as pq
 
