@@ -9,6 +9,10 @@ infra/jars.sha256), both made on first use and kept.
 
     reader = ensure_reader(settings)
     got = reader.read(jdbc_catalog(settings), "lake.orders")  # got.rows: a pyarrow.Table
+    got = reader.read(from_pyiceberg(pyiceberg_properties), "lake.orders", catalog_name="...")
+
+Any catalog Iceberg's Spark runtime knows (jdbc, rest, ...): each property passes through as
+spark.sql.catalog.<name>.<key>; from_pyiceberg renames the few PyIceberg names Java spells otherwise.
 
 Each read is one short Spark process (tests/interop/spark_read.py under the reader's Python). The catalog
 properties reach it on standard input, never on a command line or in its environment.
@@ -31,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,13 +197,66 @@ def jdbc_catalog(settings: Settings) -> dict[str, str]:
     EOSFLOW_ICEBERG_WAREHOUSE) as Iceberg's JDBC catalog properties: PyIceberg's SqlCatalog keeps its
     tables in the schema Iceberg's JdbcCatalog reads (iceberg_tables, iceberg_namespace_properties).
     Read it with catalog_name = EOSFLOW_ICEBERG_CATALOG (default eosflow): the rows are keyed by it."""
-    return {
-        "type": "jdbc",
-        "uri": f"jdbc:postgresql://{settings.pg_host}:{settings.pg_port}/{settings.pg_database}",
-        "jdbc.user": settings.pg_user,
-        "jdbc.password": settings.pg_password,
-        "warehouse": os.environ.get("EOSFLOW_ICEBERG_WAREHOUSE", (settings.state_dir / "iceberg").as_uri()),
-    }
+    from sqlalchemy.engine import URL
+
+    uri = URL.create(
+        "postgresql+psycopg",
+        username=settings.pg_user,
+        password=settings.pg_password,
+        host=settings.pg_host,
+        port=settings.pg_port,
+        database=settings.pg_database,
+    ).render_as_string(hide_password=False)
+    warehouse = os.environ.get("EOSFLOW_ICEBERG_WAREHOUSE", (settings.state_dir / "iceberg").as_uri())
+    return from_pyiceberg({"type": "sql", "uri": uri, "warehouse": warehouse})
+
+
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+# PyIceberg-only properties: Iceberg's Java catalogs have no use for them.
+_PYTHON_ONLY = ("py-io-impl", "py-catalog-impl", "s3.force-virtual-addressing")
+
+
+def from_pyiceberg(properties: Mapping[str, str]) -> dict[str, str]:
+    """A PyIceberg catalog's properties (as eosflow's catalog configuration holds them) as Iceberg's Java
+    catalogs name them. Most names are shared (uri, warehouse, credential, token, s3.endpoint,
+    s3.access-key-id, s3.secret-access-key, s3.session-token); what differs:
+    - the SQL catalog (a SQLAlchemy URI) is the JDBC catalog: jdbc:postgresql://host:port/db, jdbc.user,
+      jdbc.password (Postgres only: the reader carries no other driver);
+    - s3.region is client.region, and S3FileIO is named (io-impl) when the files are on S3;
+    - with an s3.endpoint of its own (a local S3-compatible server), path-style addressing unless
+      s3.force-virtual-addressing says otherwise (PyIceberg's default; S3FileIO's is the opposite), and a
+      region (us-east-1) if none is given, as the AWS SDK insists on one."""
+    given = {k: str(v) for k, v in properties.items()}
+    java = {k: v for k, v in given.items() if k not in _PYTHON_ONLY}
+    uri = given.get("uri", "")
+    kind = (given.get("type") or ("rest" if uri.startswith("http") else "sql")).lower()
+    if kind == "sql":
+        from sqlalchemy.engine import make_url
+
+        url = make_url(uri)
+        if not url.drivername.startswith("postgresql"):
+            raise ReaderError(
+                f"the Spark reader reads a SQL catalog in Postgres only, not {url.drivername}: its jars "
+                f"(infra/maven/{JARS}/pom.xml) carry no other JDBC driver"
+            )
+        java |= {
+            "type": "jdbc",
+            "uri": f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database}",
+            "jdbc.user": url.username or "",
+            "jdbc.password": url.password or "",
+        }
+    if "s3.region" in java:
+        java.setdefault("client.region", java.pop("s3.region"))
+    on_s3 = given.get("warehouse", "").startswith(("s3://", "s3a://")) or any(
+        k.startswith("s3.") for k in given
+    )
+    if on_s3:
+        java.setdefault("io-impl", S3_FILE_IO)
+    if "s3.endpoint" in given:
+        virtual = given.get("s3.force-virtual-addressing", "false").lower() == "true"
+        java.setdefault("s3.path-style-access", "false" if virtual else "true")
+        java.setdefault("client.region", "us-east-1")
+    return java
 
 
 # -- making the reader -------------------------------------------------------------------------------------

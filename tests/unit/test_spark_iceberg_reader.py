@@ -15,7 +15,7 @@ import pytest
 from eosflow import settings as settings_mod
 from eosflow.runtime import jars
 from tests.interop import spark_iceberg
-from tests.interop.spark_iceberg import JARS, PYSPARK, RUNTIME_JAR, jdbc_catalog, redact
+from tests.interop.spark_iceberg import JARS, PYSPARK, RUNTIME_JAR, from_pyiceberg, jdbc_catalog, redact
 
 REAL = settings_mod.load()
 POM = REAL.root / "infra" / "maven" / JARS / "pom.xml"
@@ -120,3 +120,44 @@ def test_eosflow_never_imports_the_tests_reader(base) -> None:
                 names = [node.module]
             found += [f"{path}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert found == []
+
+
+def test_pyicebergs_sql_catalog_is_icebergs_jdbc_catalog_with_the_password_unquoted() -> None:
+    java = from_pyiceberg(
+        {
+            "uri": "postgresql+psycopg://app:p%40ss%2Fw@db:6543/wh",
+            "warehouse": "file:///lake",
+            "py-io-impl": "x",
+        }
+    )
+    assert java == {
+        "type": "jdbc",
+        "uri": "jdbc:postgresql://db:6543/wh",
+        "jdbc.user": "app",
+        "jdbc.password": "p@ss/w",
+        "warehouse": "file:///lake",
+    }
+
+
+def test_a_rest_catalog_with_files_on_a_local_s3_server_gets_s3fileio_path_style_and_a_region() -> None:
+    given = {
+        "uri": "http://127.0.0.1:18181",
+        "credential": "id:secret",
+        "warehouse": "s3://lake/prefix",
+        "s3.endpoint": "http://127.0.0.1:19000",
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+    }
+    assert from_pyiceberg(given) == given | {
+        "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "s3.path-style-access": "true",
+        "client.region": "us-east-1",
+    }
+    virtual = from_pyiceberg(given | {"s3.force-virtual-addressing": "true", "s3.region": "eu-west-1"})
+    assert virtual["s3.path-style-access"] == "false" and virtual["client.region"] == "eu-west-1"
+    assert "s3.force-virtual-addressing" not in virtual and "s3.region" not in virtual
+
+
+def test_a_sql_catalog_not_in_postgres_is_refused_by_name() -> None:
+    with pytest.raises(spark_iceberg.ReaderError, match="Postgres only, not sqlite"):
+        from_pyiceberg({"type": "sql", "uri": "sqlite:////tmp/catalog.db"})
