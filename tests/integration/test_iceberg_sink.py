@@ -1,20 +1,42 @@
-"""A `sink: iceberg` pipeline against the real broker, Spark, Postgres (the catalog) and the local
-filesystem: one Iceberg commit per run holds the files and the positions, read back by PyIceberg."""
+"""A `sink: iceberg` pipeline against the real broker, Spark, Postgres and a catalog: one Iceberg commit per
+run holds the files and the positions, read back by PyIceberg.
+
+Every test runs on the embedded default (the SQL catalog in the warehouse, files on the local disk); those
+marked `every_lake` also on Apache Iceberg's REST catalog server and with the files on the S3 server
+(tests/integration/lakes.py): exactly once after kill -9, concurrent runs fenced, replay, compaction, verify.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 from confluent_kafka import Producer
 
+from eosflow.sinks.iceberg.config import PROPERTIES_ENV
 from eosflow.verify import verify_pipeline
+from tests.integration.lakes import LAKES, lake_properties
 from tests.integration.test_stream import Stream, no_stream_left_behind  # noqa: F401  (autouse here too)
 
 pytestmark = pytest.mark.integration
 
 BAD = [b"not json", b'{"event_id": 1}', None]
+every_lake = pytest.mark.parametrize("lake", LAKES, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def lake(request, running_stack, monkeypatch) -> str:
+    """Where the test's table lives (`sql` unless the test is marked every_lake): set as eosflow's catalog
+    properties, which the in-process runs and the subprocesses both read."""
+    kind = getattr(request, "param", "sql")
+    properties = lake_properties(running_stack, kind, request.node.name)
+    if properties is None:
+        monkeypatch.delenv(PROPERTIES_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PROPERTIES_ENV, json.dumps(properties))
+    return kind
 
 
 def as_iceberg_sink(case) -> str:
@@ -48,6 +70,7 @@ def produce_bad(case, partition: int) -> None:
     producer.flush(10)
 
 
+@every_lake
 def test_an_iceberg_sink_lands_every_record_once_with_its_positions_in_the_table(case):
     table = as_iceberg_sink(case)
     manifest = case.produce(300, seed=31, partitions=3)
@@ -71,6 +94,7 @@ def test_an_iceberg_sink_lands_every_record_once_with_its_positions_in_the_table
     assert verify_pipeline(case.settings, case.name).ok
 
 
+@every_lake
 def test_two_runs_planned_alike_commit_once_and_the_other_is_fenced(case):
     from eosflow.runners import job
 
@@ -87,6 +111,7 @@ def test_two_runs_planned_alike_commit_once_and_the_other_is_fenced(case):
 
 
 @pytest.mark.parametrize("point", ["after_stage", "in_commit"])
+@every_lake
 def test_a_run_killed_before_or_after_its_iceberg_commit_leaves_every_record_once(case, point):
     """after_stage: the files written, the commit not made (nothing visible); in_commit: committed in
     the table, the ledger not told (the next run mirrors it, rejected rows and all)."""
@@ -117,6 +142,7 @@ def test_a_table_name_that_is_not_namespace_dot_name_is_refused(case):
     assert run.returncode == 2 and "namespace.name" in run.stderr
 
 
+@every_lake
 def test_a_run_paused_before_its_commit_is_fenced_by_the_catalog_when_another_committed(case, tmp_path):
     """The paused run loaded the table before the other committed: its own check of the positions passes
     on what it loaded, and only the catalog's compare-and-swap (no retry) stops it."""
@@ -143,6 +169,7 @@ def test_a_stream_into_an_iceberg_table_commits_each_record_once(case, tmp_path)
     assert verify_pipeline(case.settings, case.name).ok
 
 
+@every_lake
 def test_compact_merges_small_files_expires_snapshots_and_removes_a_crashed_runs_files(case, monkeypatch):
     """Positions are table properties: a rewrite and an expiry carry them over, so the next run goes on."""
     import psycopg
@@ -216,6 +243,7 @@ def _versions(case, table: str) -> dict[int, str]:
     return {r["kafka_offset"]: r["transform_version"] for r in scan(case, table)}
 
 
+@every_lake
 def test_a_replay_replaces_its_range_in_one_iceberg_commit_rejected_rows_and_all(case):
     """A transform change replayed over part of the history: the range's rows and rejected rows are
     replaced (none lost, none doubled), the position stays, the ledger mirrors a replay row per chunk."""
@@ -430,3 +458,113 @@ def test_a_runs_files_every_reader_opens_and_one_named_the_old_way_is_warned_abo
     assert sorted(str(r["event_id"]) for r in scan(case, table)) == rows
     again = verify_pipeline(case.settings, case.name)
     assert again.ok and "iceberg_file_names" not in {c.name for c in again.checks}, again.table()
+
+
+@every_lake
+def test_a_run_whose_records_are_all_rejected_is_fenced_by_the_catalog_too(case, tmp_path, lake):
+    """A commit that adds no data file (every record rejected) still makes a snapshot and asserts the one it
+    started from: a REST catalog applies a commit whose requirements hold, and none asserts properties, so
+    without it the zombie's positions would land over the newer run's."""
+    import psycopg
+
+    as_iceberg_sink(case)
+    case.create_topic(1)
+    produce_bad(case, partition=0)
+    zombie = case.raced_while_paused("after_stage", tmp_path)
+    assert zombie.returncode == 3, zombie.stderr[-3000:]
+    assert "another commit changed" in zombie.stderr
+    assert len(case.rejected()) == len(BAD)  # the newer run's, once
+    assert [(r[4], r[6]) for r in case.ledger()] == [(len(BAD), len(BAD))]
+    assert verify_pipeline(case.settings, case.name).ok
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:  # no data file: nothing to do
+        done = case.pipeline.sink.compact(conn, case.pipeline, None, print)
+    assert (done.merged_files, done.removed_files) == (0, 0)
+
+
+def _nothing_written(case) -> None:
+    assert case.ledger() == [] and case.rejected() == []
+
+
+def test_a_catalog_that_does_not_answer_is_refused_before_anything_is_written(case, monkeypatch):
+    import socket
+
+    as_iceberg_sink(case)
+    case.produce(20, seed=50, partitions=1)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv(PROPERTIES_ENV, json.dumps({"uri": f"http://127.0.0.1:{port}", "token": "tok-S3CRET"}))
+    run = case.ingest_process()
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert f"the rest Iceberg catalog 'eosflow' at http://127.0.0.1:{port} did not answer" in run.stderr
+    assert "troubleshooting.md#icebergunavailableerror" in run.stderr and "S3CRET" not in run.stderr
+    _nothing_written(case)
+
+
+@pytest.mark.parametrize("wrong", ["bucket", "secret"])
+def test_a_bucket_that_is_not_there_or_credentials_it_refuses_are_refused_without_the_secret(
+    case, running_stack, monkeypatch, wrong
+):
+    from eosflow.stack import optional
+
+    s3 = optional.s3(running_stack, log=lambda m: None)
+    as_iceberg_sink(case)
+    case.produce(20, seed=51, partitions=1)
+    properties = lake_properties(running_stack, "s3", case.name)
+    assert properties is not None
+    if wrong == "bucket":
+        properties["warehouse"] = f"s3://no-such-bucket-{case.name[:20]}/tables"
+    else:
+        properties["s3.secret-access-key"] = "wrong-S3CRET-x9"
+    monkeypatch.setenv(PROPERTIES_ENV, json.dumps(properties))
+    run = case.ingest_process()
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "refused" in run.stderr and "troubleshooting.md#icebergaccesserror" in run.stderr
+    assert "S3CRET" not in run.stderr and s3.secret_key not in run.stderr
+    _nothing_written(case)
+
+
+def test_a_table_another_writer_changed_incompatibly_is_refused_before_a_file_is_written(case):
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    table = as_iceberg_sink(case)
+    case.produce(20, seed=52, partitions=1)
+    assert case.ingest().outcome == "committed"
+    t = catalog(case.settings).load_table(table)
+    with t.update_schema() as update:  # another engine's ALTER TABLE ... DROP NOT NULL
+        update.update_column("kafka_offset", required=False)
+    files = set(_files_under(t))
+    case.produce(20, seed=53, partitions=1)
+    run = case.ingest_process()
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert f"Iceberg table {table} was changed by another writer: column kafka_offset was made optional" in (
+        run.stderr
+    )
+    assert set(_files_under(t)) == files  # not a file more
+    assert sum(r[4] for r in case.ledger()) == 20
+
+
+def _files_under(table) -> list[str]:
+    from pyarrow import fs
+
+    from eosflow.sinks.iceberg import storage
+
+    filesystem, root = storage.filesystem(storage.io_properties(table), table.location())
+    selector = fs.FileSelector(root.rstrip("/"), recursive=True, allow_not_found=True)
+    return [i.path for i in filesystem.get_file_info(selector) if i.type == fs.FileType.File]
+
+
+@pytest.mark.parametrize("lake", ["s3"], indirect=True)
+def test_a_run_killed_mid_upload_to_object_storage_is_retried_into_every_record_once(case, lake):
+    """Killed with its Parquet files' bytes sent to the S3 server and the uploads not completed: nothing of
+    it is visible, the retry commits every record once, compaction then removes what the kill left."""
+    table = as_iceberg_sink(case)
+    manifest = case.produce(150, seed=54, partitions=2)
+    killed = case.ingest_process("--run-id", "killed", EOSFLOW_CRASH_AT="in_file_upload")
+    assert killed.returncode != 0 and "SIGKILL at in_file_upload" in killed.stderr, killed.stderr[-3000:]
+    assert rows_in(case, table) == 0 and case.ledger() == []
+    assert case.ingest().outcome == "committed"
+    rows = scan(case, table)
+    assert sorted(str(r["event_id"]) for r in rows) == sorted(str(a.event_id) for a in manifest.visible())
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()

@@ -4,10 +4,10 @@ The driver loads the table, compares each planned range with the position the ta
 decision as a Kafka sink's: the planned start means go on, the planned end set by this batch means
 already committed, anything else FENCED), then adds the files and sets the positions in one Iceberg
 transaction. Every such transaction makes a snapshot (an empty append when no file is added) and so
-asserts that the table's `main` is still the snapshot the run loaded: a SQL catalog swaps the metadata
-only if it is still the one loaded, a REST catalog applies the commit only if that assertion holds (no
-requirement asserts properties), and PyIceberg does not retry (catalog.NO_RETRIES). So a run raced by
-another commit fails whole, on any catalog: FENCED, with nothing of it visible. A replay (commit_replay)
+asserts that the table's `main` is still the snapshot the run loaded: every catalog, the SQL one included,
+applies a commit's updates to the table's current metadata if its requirements hold, and no requirement
+asserts properties; PyIceberg does not retry (catalog.NO_RETRIES). So a run raced by another commit fails
+whole, on any catalog: FENCED, with nothing of it visible. A replay (commit_replay)
 is the same one transaction: its ranges' rows deleted
 (PyIceberg rewrites the files they share with other rows), the re-read files added, the replay counted.
 """

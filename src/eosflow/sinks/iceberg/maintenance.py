@@ -140,7 +140,7 @@ def _remove_unreferenced(table, older_than: datetime) -> int:
     from eosflow.sinks.iceberg import storage
     from eosflow.sinks.iceberg.catalog import rejected_files
 
-    referenced = set(table.inspect.all_files().column("file_path").to_pylist())
+    referenced = _every_snapshots_files(table)
     for kind in ("data", "replay"):
         referenced |= {f for files in rejected_files(table, kind).values() for f in files}
     location = table.location().rstrip("/")
@@ -157,3 +157,14 @@ def _remove_unreferenced(table, older_than: datetime) -> int:
             filesystem.delete_file(info.path)
             removed += 1
     return removed
+
+
+def _every_snapshots_files(table) -> set[str]:
+    """The file of every manifest entry of every snapshot. Not inspect.all_files(): PyIceberg 0.12 fails on
+    a snapshot with no manifest (the empty append of a commit that added no data file)."""
+    found: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in snapshot.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                found.add(entry.data_file.file_path)
+    return found

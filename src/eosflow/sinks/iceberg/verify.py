@@ -73,7 +73,9 @@ def file_name_warning(table, pipeline_name: str) -> CheckResult | None:
 
     if table.current_snapshot() is None:
         return None
-    paths = table.inspect.files().column("file_path").to_pylist()
+    # Not inspect.files(): PyIceberg 0.12 fails on a snapshot with no manifest (a table whose commits all
+    # added no data file: every record rejected), which plan_files reads as no file.
+    paths = [task.file.file_path for task in table.scan().plan_files()]
     unreadable = [p for p in paths if not readable_name(p)]
     if not unreadable:
         return None
