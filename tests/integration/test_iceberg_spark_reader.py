@@ -20,8 +20,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from eosflow.sinks.iceberg.config import PROPERTIES_ENV, CatalogConfig
+from tests.integration.lakes import lake_properties
 from tests.integration.test_iceberg_sink import _replay, as_iceberg_sink, produce_bad
-from tests.interop.spark_iceberg import Reader, ReaderError, SparkRead, ensure_reader, jdbc_catalog
+from tests.interop.spark_iceberg import (
+    Reader,
+    ReaderError,
+    SparkRead,
+    ensure_reader,
+    from_pyiceberg,
+    jdbc_catalog,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +61,8 @@ def _fields(schema) -> list[tuple[str, str, bool]]:
 def assert_spark_reads_what_pyiceberg_reads(case, reader: Reader, table: str, **extra: str) -> SparkRead:
     """Same columns and types, same count, the same Kafka coordinates (none twice), every value equal; and
     the same snapshots. Returns Spark's read."""
-    got = reader.read(jdbc_catalog(case.settings) | extra, table)
+    config = CatalogConfig.of(case.settings)  # the catalog the case's runs wrote to (its lake)
+    got = reader.read(from_pyiceberg(config.properties) | extra, table, catalog_name=config.name)
     want, snapshots = _pyiceberg(case, table)
     assert _fields(got.rows.schema) == _fields(want.schema)
     spark_rows, pyiceberg_rows = got.rows.to_pylist(), want.to_pylist()
@@ -138,6 +148,34 @@ def test_spark_reads_the_rows_pyiceberg_reads_after_runs_a_replay_and_compact(ca
     assert done.merged_files >= 2 and done.expired_snapshots >= 2
     compacted = assert_spark_reads_what_pyiceberg_reads(case, reader, table)
     assert len(compacted.snapshots) == 1 and compacted.count == replayed.count
+
+
+@pytest.mark.parametrize("lake", ["rest", "s3"])
+def test_spark_reads_a_table_on_the_rest_catalog_and_one_on_the_s3_server(
+    case, reader, running_stack, monkeypatch, lake
+):
+    """Spark through Iceberg's REST catalog (its own RESTCatalogServer), and from the S3 server (S3FileIO,
+    path-style): after a run killed mid-upload (on S3), its retry, another run and compact."""
+    import json
+
+    properties = lake_properties(running_stack, lake, case.name)
+    monkeypatch.setenv(PROPERTIES_ENV, json.dumps(properties))
+    table = as_iceberg_sink(case)
+    first = case.produce(120, seed=61, partitions=2)
+    produce_bad(case, partition=1)
+    if lake == "s3":
+        killed = case.ingest_process("--run-id", "killed", EOSFLOW_CRASH_AT="in_file_upload")
+        assert killed.returncode != 0 and "in_file_upload" in killed.stderr, killed.stderr[-3000:]
+    assert case.ingest().outcome == "committed"
+    second = case.produce(40, seed=62, partitions=2)
+    assert case.ingest().outcome == "committed"
+    monkeypatch.setenv("EOSFLOW_ICEBERG_SNAPSHOT_HOURS", "0")
+    monkeypatch.setenv("EOSFLOW_ICEBERG_ORPHAN_HOURS", "0")
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        done = case.pipeline.sink.compact(conn, case.pipeline, None, lambda m: None)
+    assert done.merged_files >= 2
+    read = assert_spark_reads_what_pyiceberg_reads(case, reader, table)
+    assert read.count == len(first.visible()) + len(second.visible()) and len(read.snapshots) == 1
 
 
 def test_a_read_that_fails_raises_with_sparks_own_words_and_no_secret(case, reader):

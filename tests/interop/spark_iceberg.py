@@ -230,6 +230,8 @@ def from_pyiceberg(properties: Mapping[str, str]) -> dict[str, str]:
     java = {k: v for k, v in given.items() if k not in _PYTHON_ONLY}
     uri = given.get("uri", "")
     kind = (given.get("type") or ("rest" if uri.startswith("http") else "sql")).lower()
+    if kind == "rest":
+        java["type"] = "rest"  # PyIceberg infers it from the uri; an untyped SparkCatalog is Hive's
     if kind == "sql":
         from sqlalchemy.engine import make_url
 

@@ -149,6 +149,7 @@ def test_a_rest_catalog_with_files_on_a_local_s3_server_gets_s3fileio_path_style
         "s3.secret-access-key": "SK",
     }
     assert from_pyiceberg(given) == given | {
+        "type": "rest",
         "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
         "s3.path-style-access": "true",
         "client.region": "us-east-1",
@@ -161,3 +162,11 @@ def test_a_rest_catalog_with_files_on_a_local_s3_server_gets_s3fileio_path_style
 def test_a_sql_catalog_not_in_postgres_is_refused_by_name() -> None:
     with pytest.raises(spark_iceberg.ReaderError, match="Postgres only, not sqlite"):
         from_pyiceberg({"type": "sql", "uri": "sqlite:////tmp/catalog.db"})
+
+
+def test_a_rest_catalog_given_by_its_uri_alone_is_named_rest_for_spark():
+    """PyIceberg infers a REST catalog from an http uri; Iceberg's SparkCatalog does not (it takes an untyped
+    catalog for Hive's metastore and fails on thrift), so the type must be written out."""
+    from tests.interop.spark_iceberg import from_pyiceberg
+
+    assert from_pyiceberg({"uri": "http://127.0.0.1:18181"}) == {"type": "rest", "uri": "http://127.0.0.1:18181"}
