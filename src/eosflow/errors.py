@@ -14,4 +14,4 @@ class SinkUnavailableError(RuntimeError):
 
 
 class SinkAccessError(RuntimeError):
-    """A sink's store refused: credentials, a bucket, its configuration; nothing was committed: fix it first."""
+    """A sink's store refused (credentials, a bucket, its configuration); nothing was committed: fix it."""
