@@ -23,8 +23,12 @@ from eosflow.settings import Settings
 
 CLASSPATHS = ("kafka", "spark", "registry")
 # What mvn does with each POM: copy the runtime jars, or (the schema registry, a ready-built app
-# published as one archive) unpack it.
-_GOALS = {"registry": ["dependency:unpack"]}
+# published as one archive) unpack it; Kafka Connect both: its worker's jars, and Debezium's plugin
+# archive unpacked into a folder of its own (the POM's two executions, by id).
+_GOALS = {
+    "registry": ["dependency:unpack"],
+    "connect": ["dependency:copy-dependencies@worker", "dependency:unpack@debezium"],
+}
 _COPY = ["dependency:copy-dependencies", "-DincludeScope=runtime"]
 
 
