@@ -259,6 +259,8 @@ _PIPELINE_KEYS = frozenset(
         "sink",
         "wake_on_records",
         "mode",
+        "changes",
+        "primary_key",
     }
 )
 
@@ -307,6 +309,16 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
         raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
+    if schema.changes is not None and not sink_class.keeps_state:
+        raise PipelineConfigError(
+            f"{where}: sink: {sink_class.kind} does not keep a change stream's state table yet (changes: "
+            f"{schema.changes}); use the warehouse sink (state_table:), or drop changes to append the records"
+        )
+    if schema.changes is not None and delivery != "exactly_once":
+        raise PipelineConfigError(
+            f"{where}: a change stream's state is exact only with delivery: exactly_once (its changes and "
+            "its positions commit together); drop delivery"
+        )
     sink = sink_class.declare(spec, schema, where)
 
     wake = spec.get("wake_on_records", False)

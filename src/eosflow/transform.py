@@ -108,6 +108,12 @@ class BatchCheck:
         return RecordCheck(self.schema, self.max_value_bytes, self.registry)
 
     @cached_property
+    def _changes(self):
+        from eosflow.schema.changes import ChangeCheck
+
+        return ChangeCheck(self.schema, self.max_value_bytes, self.registry)
+
+    @cached_property
     def _key_check(self):
         if self.schema.key_type is None:
             return None
@@ -127,13 +133,18 @@ class BatchCheck:
 
     def records(self, batch: pa.RecordBatch) -> CheckedRecords:
         """Every record's check, typed as Python values: what a sink that is not a table encodes."""
-        check = self._record.check_value if self.schema.transform is None else None
+        changes = self.schema.changes is not None
+        check = self._record.check_value if self.schema.transform is None and not changes else None
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            if self.schema.transform is None:
+            if changes:  # a change needs its key too (a keyed topic's key is the row's primary key)
+                change = self._changes
+                values, keys_ = batch.column("value").to_pylist(), batch.column("key").to_pylist()
+                results = [change(k, v) for k, v in zip(keys_, values, strict=True)]
+            elif self.schema.transform is None:
                 results = [check(v) for v in batch.column("value").to_pylist()]
             else:
                 results = self._user(batch)

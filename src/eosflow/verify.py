@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,12 +151,14 @@ def run_dbt(
     business_key: str | None = "event_id",
     marts: bool = True,
     purpose: str = "verify",
+    state: Mapping[str, object] | None = None,
 ) -> VerifyResult:
     """`dbt build` of the project for one pipeline; `output_table` is `schema.table` (or `table` in raw).
 
     business_key: the column I6 checks (None: I6 is left out and reported as not checked); marts:
     whether the orders marts apply (the pipeline declares their columns). The defaults are the
-    orders declaration's.
+    orders declaration's. state: a change stream's state table, for S1-S3 (state_table, state_schema,
+    primary_key, image_columns, soft_deletes: dbt vars).
     """
     schema, _, table = output_table.rpartition(".")
     schema = schema or "raw"
@@ -172,6 +174,7 @@ def run_dbt(
         "--vars", json.dumps({
             "pipeline": pipeline_name, "output_table": table, "output_schema": schema,
             "business_key": business_key or "",
+            **(state or {}),
         }),
         "--no-use-colors",
     ]  # fmt: skip

@@ -37,7 +37,9 @@ def target_columns(schema: RecordSchema) -> list[tuple[str, str, bool]]:
         ("kafka_timestamp", "timestamptz", False),
         ("kafka_key", _key_type(schema), False),
         ("kafka_headers", "jsonb", True),
-        *((c.name, c.type.postgres, c.required) for c in schema.columns),
+        # A change stream's changelog holds deletes (only the key in their image), tombstones and
+        # truncates (no key): no declared column is NOT NULL there (the state table's key is).
+        *((c.name, c.type.postgres, c.required and schema.changes is None) for c in schema.columns),
         ("batch_id", "text", True),
         ("transform_version", "text", True),
         # eosflow.declarations: NULL in rows of targets made before versions were recorded.

@@ -35,8 +35,16 @@ RESERVED_COLUMNS = frozenset(
         "error",
         "raw_key",
         "raw_value",
+        # A change stream's columns (eosflow.schema.changes), in its changelog.
+        "change_op",
+        "change_lsn",
+        "change_ts",
+        "change_unchanged",
+        "deleted_at",
     }
 )
+# How a change stream's records are changes (docs/DESIGN.md, "Change streams").
+CHANGES = ("debezium", "keyed")
 SCHEMA_ID_SOURCE = "@schema_id"  # a column's source: the value's schema id, from its wire-format header
 _COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\s*\]")
@@ -76,6 +84,10 @@ class RecordSchema:
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
     text_pattern: Pattern | None = None  # format: text, parsed into columns by named groups
+    # A change stream: how records are changes (CHANGES) and the row's primary key (declared columns). Its
+    # columns then end with the change's own (eosflow.schema.changes.CHANGE_COLUMNS, meta "change").
+    changes: str | None = None
+    primary_key: tuple[str, ...] = ()
     # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
     canonical: str = field(default="{}", compare=False)
 
@@ -139,12 +151,17 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
                 "column: drop source"
             )
     text_pattern = _unstructured(fmt, spec, columns, where)
+    changes, primary_key = _changes(spec, fmt, columns, transform, where)
+    if changes is not None:
+        columns = columns + CHANGE_COLUMNS
     written = {k: spec.get(k) for k in ("format", "key", "columns", "business_key", "transform")}
     # Only where set: declarations written before these keys existed keep their versions.
     if text_pattern is not None:
         written["text_pattern"] = text_pattern.pattern
     if key_format is not None:
         written["key_format"] = key_format
+    if changes is not None:
+        written |= {"changes": changes, "primary_key": list(primary_key)}
     return RecordSchema(
         columns=columns,
         format=fmt,
@@ -154,8 +171,68 @@ def parse_schema(spec: dict, where: str) -> RecordSchema:
         business_key=business_key,
         transform=transform,
         text_pattern=text_pattern,
+        changes=changes,
+        primary_key=primary_key,
         canonical=json.dumps(written, sort_keys=True, default=str),
     )
+
+
+# A change stream's own columns, after the declared ones (filled by eosflow.schema.changes.ChangeCheck).
+CHANGE_COLUMNS: tuple[Column, ...] = (
+    Column("change_op", parse_type("text"), meta="change"),
+    Column("change_lsn", parse_type("bigint"), meta="change"),
+    Column("change_ts", parse_type("timestamptz"), meta="change"),
+    Column("change_unchanged", parse_type("text[]"), meta="change"),
+)
+
+
+def _changes(
+    spec: dict, fmt: str, columns: tuple[Column, ...], transform: str | None, where: str
+) -> tuple[str | None, tuple[str, ...]]:
+    """`changes` and `primary_key`: both or neither; the key's columns declared, required, comparable."""
+    changes, raw_key = spec.get("changes"), spec.get("primary_key")
+    if changes is None:
+        if raw_key is not None:
+            raise DeclarationError(
+                f"{where}: primary_key names a change stream's key; add changes: debezium (Debezium's change "
+                "events) or changes: keyed (the key is the primary key, a null value deletes)"
+            )
+        return None, ()
+    if changes not in CHANGES:
+        raise DeclarationError(f"{where}: changes {changes!r} unknown; one of {list(CHANGES)}")
+    if transform is not None:
+        raise DeclarationError(f"{where}: changes reads the records itself; drop transform")
+    readable = ("json", "avro") if changes == "debezium" else ("json", "avro", "protobuf")
+    if fmt not in readable:
+        raise DeclarationError(
+            f"{where}: changes: {changes} reads format {' or '.join(readable)} values, not {fmt!r}"
+        )
+    keys = [raw_key] if isinstance(raw_key, str) else raw_key
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+        raise DeclarationError(
+            f"{where}: changes: {changes} needs primary_key, the declared column(s) that identify a row, "
+            "e.g. primary_key: [id]"
+        )
+    by_name = {c.name: c for c in columns}
+    for name in keys:
+        column = by_name.get(name)
+        if column is None:
+            raise DeclarationError(
+                f"{where}: primary_key column {name!r} is not declared; declared: {sorted(by_name)}"
+            )
+        if not column.required or column.meta is not None or column.type.is_array:
+            raise DeclarationError(
+                f"{where}: primary_key column {name!r} must be a required scalar column (a row is found "
+                "by it)"
+            )
+        if column.type.declared in ("jsonb", "bytea", "double"):
+            raise DeclarationError(
+                f"{where}: primary_key column {name!r} is {column.type.declared}, which has no exact "
+                "equality to find a row by: use text, uuid, an integer, numeric, boolean, timestamptz or date"
+            )
+    if len(set(keys)) != len(keys):
+        raise DeclarationError(f"{where}: primary_key names a column twice: {keys}")
+    return changes, tuple(keys)
 
 
 def _unstructured(fmt: str, spec: dict, columns: tuple[Column, ...], where: str) -> Pattern | None:

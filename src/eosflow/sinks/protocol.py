@@ -93,6 +93,8 @@ class Sink(ABC):
     keys: ClassVar[frozenset[str]]  # the pipeline keys this sink declares (beyond every pipeline's)
     truth: ClassVar[str]  # where a commit's truth lives: "warehouse", or the system the ledger mirrors
     task_modules: ClassVar[tuple[str, ...]] = ()  # what its Spark tasks import (a stream warms them up)
+    # Whether it keeps a change stream's state table (`changes:`, docs/DESIGN.md "Change streams").
+    keeps_state: ClassVar[bool] = False
 
     # --- the declaration
 

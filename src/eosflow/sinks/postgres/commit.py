@@ -37,7 +37,7 @@ from eosflow.ledger.positions import (
 )
 from eosflow.ledger.ranges import Plan
 from eosflow.pipelines import Pipeline
-from eosflow.sinks.postgres import partitions
+from eosflow.sinks.postgres import partitions, state
 from eosflow.sinks.postgres.target import drop_ranges, holding_batch, staging_table
 
 
@@ -69,6 +69,8 @@ def _commit_exactly_once(
         else:  # a target made before partitioned targets, not migrated yet
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        if kept := state.of(pipeline):  # a change stream: its keys' rows recomputed from the changelog
+            state.apply(conn, pipeline, *kept, plan.nonempty)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
@@ -337,6 +339,9 @@ def commit_replay(
         _check_replay_fencing(plan, locked)
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
         _check_replay_counts(conn, pipeline, plan, counts)
+        kept = state.of(pipeline)
+        if kept:  # the keys the range holds now: their rows are recomputed once it is replaced
+            state.remember_keys(conn, pipeline, plan.ranges)
         for r in plan.ranges:
             where = (r.topic, r.partition, r.start, r.end)
             conn.execute(
@@ -358,6 +363,8 @@ def commit_replay(
                 (plan.pipeline, r.topic, r.partition),
             )
         _publish_staged(conn, pipeline, plan, stage, target)
+        if kept:
+            state.apply(conn, pipeline, *kept, plan.ranges)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from eosflow import names
+from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
 from eosflow.pipelines import Pipeline
@@ -26,16 +27,42 @@ from eosflow.sinks.protocol import Log, Run, Sink, Verdict
 @dataclass(frozen=True)
 class PostgresSink(Sink):
     kind: ClassVar[str] = "warehouse"
-    keys: ClassVar[frozenset[str]] = frozenset({"target_table"})
+    keys: ClassVar[frozenset[str]] = frozenset({"target_table", "state_table", "deletes"})
     truth: ClassVar[str] = "warehouse"
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.postgres.stage",)
+    keeps_state: ClassVar[bool] = True
 
-    target_table: str
+    target_table: str  # a change stream's changelog
+    state_table: str = ""  # a change stream's current state, one row per primary key (state.py)
+    deletes: str = "hard"  # hard: a deleted key's row goes; soft: it stays with deleted_at
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> PostgresSink:
-        table = spec.get("target_table", "")
-        return cls(names.table(table, "target_table", where, table_bytes=names.TARGET_TABLE_BYTES))
+        table = names.table(
+            spec.get("target_table", ""), "target_table", where, table_bytes=names.TARGET_TABLE_BYTES
+        )
+        if schema.changes is None:
+            if misplaced := sorted({"state_table", "deletes"} & set(spec)):
+                raise PipelineConfigError(
+                    f"{where}: {misplaced} keep a change stream's current state; add changes: debezium (or "
+                    "keyed) and primary_key, or remove them"
+                )
+            return cls(table)
+        if spec.get("state_table") is None:
+            raise PipelineConfigError(
+                f"{where}: changes: {schema.changes} needs state_table, the table of each key's current row "
+                "(target_table keeps every change)"
+            )
+        state = names.table(spec["state_table"], "state_table", where)
+        if state == table:
+            raise PipelineConfigError(f"{where}: state_table and target_table must be two tables")
+        deletes = spec.get("deletes", "hard")
+        if deletes not in ("hard", "soft"):
+            raise PipelineConfigError(
+                f"{where}: deletes {deletes!r} must be hard (a deleted key's row is removed) or soft (it "
+                "stays, with deleted_at)"
+            )
+        return cls(table, state, deletes)
 
     @property
     def output(self) -> str:
@@ -55,6 +82,10 @@ class PostgresSink(Sink):
         from eosflow.sinks.postgres import target
 
         target.ensure_target(conn, pipeline)
+        if self.state_table:
+            from eosflow.sinks.postgres.state import ensure_state_table
+
+            ensure_state_table(conn, pipeline, self.state_table, self.deletes == "soft")
         target.sweep_staging(conn, log)
 
     def write(self, conn: psycopg.Connection, run: Run) -> dict[tuple[str, int], int]:
@@ -93,12 +124,25 @@ class PostgresSink(Sink):
         from eosflow.verify import MART_COLUMNS, run_dbt
 
         declared = {c.name for c in pipeline.schema.columns}
+        state = None
+        if self.state_table:  # a change stream: S1-S3 compare its state table with the changelog
+            from eosflow.schema.changes import declared as image
+
+            schema_name, table = self.state_table.split(".")
+            state = {
+                "state_table": table,
+                "state_schema": schema_name,
+                "primary_key": list(pipeline.schema.primary_key),
+                "image_columns": [c.name for c in image(pipeline.schema)],
+                "soft_deletes": self.deletes == "soft",
+            }
         return run_dbt(
             settings,
             pipeline.name,
             self.target_table,
             business_key=pipeline.schema.business_key,
             marts=marts and declared >= MART_COLUMNS,
+            state=state,
         )
 
     def latencies(

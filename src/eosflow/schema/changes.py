@@ -1,0 +1,253 @@
+"""A change stream's records read as changes: Debezium's envelope, or a keyed topic's latest value per key.
+
+Each record becomes the declared columns of its row image and the change's own (declaration.CHANGE_COLUMNS):
+`change_op` (c, r, u, d, t, or `-` for a tombstone), `change_lsn` (Debezium's `source.lsn`, the change's place
+in Postgres' WAL), `change_ts` (the source's time) and `change_unchanged` (columns Debezium sent its TOAST
+placeholder for: not values, the key's previous change holds them). What is not a change is a rejected row
+with a reason. docs/DESIGN.md, "Change streams".
+
+The image is held to the declaration by the same check as a JSON document (eosflow.schema.record), after
+Debezium's JSON value forms are read as the declared types take them (DEBEZIUM_FORMS): a numeric as its
+string (decimal.handling.mode=string), jsonb as its JSON text (io.debezium.data.Json), a date as days since
+1970 (io.debezium.time.Date), a timestamptz as microseconds since 1970 (MicroTimestamp) or its ISO text
+(ZonedTimestamp), bytea as base64 (binary.handling.mode=base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
+from eosflow.schema.avro import RegistryConfig
+from eosflow.schema.declaration import Column, RecordSchema
+
+OPS = ("c", "r", "u", "d", "t")
+TOMBSTONE = "-"
+PLACEHOLDER = "__debezium_unavailable_value"
+_PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_LSN = 2**63 - 1
+
+Result = tuple[str | None, list | None]
+
+
+def declared(schema: RecordSchema) -> tuple[Column, ...]:
+    """The columns a change's image fills: the declared ones, without the change's own."""
+    return tuple(c for c in schema.columns if c.meta != "change")
+
+
+class ChangeCheck:
+    """`check(key, value)` -> (error, typed values of every schema column, the change's last) per record."""
+
+    def __init__(self, schema: RecordSchema, max_value_bytes: int, registry: RegistryConfig | None) -> None:
+        from eosflow.schema.record import RecordCheck, _decoder, parse_object
+
+        self.schema = schema
+        self.max_value_bytes = max_value_bytes
+        image = dataclasses.replace(schema, columns=declared(schema), changes=None, format="json")
+        self.full = RecordCheck(image, max_value_bytes, compiled=False)
+        # A delete's image (and an update's with TOAST placeholders) may hold only the key: the rest optional.
+        key = schema.primary_key
+        loose = tuple(c if c.name in key else dataclasses.replace(c, required=False) for c in image.columns)
+        self.loose = RecordCheck(dataclasses.replace(image, columns=loose), max_value_bytes, compiled=False)
+        self.columns = image.columns
+        self.width = len(image.columns)
+        self.key_columns = tuple(c for c in image.columns if c.name in schema.primary_key)
+        if schema.format == "json":
+            exact = schema.exact_decimals
+
+            def decode(value: bytes) -> tuple[str | None, dict | None]:
+                try:
+                    text = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    return "not UTF-8", None
+                doc = parse_object(text, exact)
+                return ("not JSON", None) if doc is None else (None, doc)
+
+            self.decode: Callable[[bytes], tuple[str | None, dict | None]] = decode
+        else:
+            self.decode = _decoder(dataclasses.replace(schema, changes=None), registry)
+        self.check = self._debezium if schema.changes == "debezium" else self._keyed
+
+    def __call__(self, key: bytes | None, value: bytes | None) -> Result:
+        return self.check(key, value)
+
+    # --- Debezium
+
+    def _debezium(self, key: bytes | None, value: bytes | None) -> Result:
+        if value is None:  # the tombstone after a delete: for log compaction, it changes nothing
+            return None, [*self._key_from(key), TOMBSTONE, None, None, None]
+        if len(value) > self.max_value_bytes:
+            return f"oversized: {len(value)} bytes > {self.max_value_bytes}", None
+        error, doc = self.decode(value)
+        if error is not None:
+            return error, None
+        if isinstance(doc.get("payload"), dict) and "schema" in doc:  # JsonConverter, schemas.enable
+            doc = doc["payload"]
+        op = doc.get("op")
+        if op is None:
+            return "not a Debezium change: no op", None
+        if op not in OPS:
+            return f"not a Debezium change: op {str(op)[:20]!r} is none of c, r, u, d, t", None
+        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        lsn, error = _lsn(source.get("lsn"))
+        if error is not None:
+            return error, None
+        ts = _millis(source.get("ts_ms", doc.get("ts_ms")))
+        if op == "t":
+            return None, [None] * self.width + [op, lsn, ts, None]
+        side = "before" if op == "d" else "after"
+        image = doc.get(side)
+        if not isinstance(image, dict):
+            return f"not a Debezium change: op {op} without {side}", None
+        return self._image(image, op, lsn, ts)
+
+    def _image(self, image: dict, op: str, lsn: int | None, ts: datetime | None) -> Result:
+        image, unchanged = debezium_forms(image, self.columns)
+        for c in self.key_columns:
+            if image.get(c.name) is None:
+                return f"not a change of a row: primary key column {c.name} is missing or null", None
+        check = self.loose if op == "d" or unchanged else self.full
+        typed = check.typed(image)
+        if typed is None:
+            return check.first_error(image), None
+        return None, [*typed, op, lsn, ts, unchanged or None]
+
+    def _key_from(self, key: bytes | None) -> list:
+        """A tombstone's key columns from Debezium's key (a JSON object of the key, its schema block or not);
+        NULLs where the key does not give them (a tombstone changes nothing either way)."""
+        values: list = [None] * self.width
+        try:
+            doc = json.loads(key) if key else None
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
+            doc = doc["payload"]
+        if isinstance(doc, dict):
+            typed = self.loose.typed(debezium_forms(doc, self.columns)[0])
+            if typed is not None:
+                names = [c.name for c in self.columns]
+                for c in self.key_columns:
+                    values[names.index(c.name)] = typed[names.index(c.name)]
+        return values
+
+    # --- keyed topics
+
+    def _keyed(self, key: bytes | None, value: bytes | None) -> Result:
+        if key is None:
+            return "not a change of a row: a keyed change stream's record has no key", None
+        keys, error = self._key_values(key)
+        if error is not None:
+            return error, None
+        if value is None:
+            return self._image(keys, "d", None, None)
+        if len(value) > self.max_value_bytes:
+            return f"oversized: {len(value)} bytes > {self.max_value_bytes}", None
+        error, doc = self.decode(value)
+        if error is not None:
+            return error, None
+        return self._image({**doc, **keys}, "u", None, None)
+
+    def _key_values(self, key: bytes) -> tuple[dict, str | None]:
+        """The primary key from the record's key: one column's value as its text (JSON spelling for numbers
+        and booleans), or a JSON object of the key columns."""
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return {}, "not a change of a row: the key is not UTF-8"
+        if len(self.key_columns) == 1 and not text.lstrip().startswith("{"):
+            (column,) = self.key_columns
+            if column.type.declared in ("text", "uuid", "timestamptz", "date"):
+                return {column.name: text}, None
+            try:
+                return {column.name: json.loads(text)}, None
+            except ValueError:
+                return {}, f"not a change of a row: key {text[:40]!r} is not a {column.type.declared}"
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            names = [c.name for c in self.key_columns]
+            return {}, f"not a change of a row: the key is not a JSON object of {names}"
+        return {c.name: doc.get(c.name) for c in self.key_columns}, None
+
+
+def _lsn(raw: object) -> tuple[int | None, str | None]:
+    if raw is None:
+        return None, None
+    if type(raw) is int and 0 <= raw <= _MAX_LSN:
+        return raw, None
+    return None, f"not a Debezium change: source.lsn {str(raw)[:30]!r} is not a WAL position (0 to 2^63-1)"
+
+
+def _millis(raw: object) -> datetime | None:
+    if type(raw) is not int:
+        return None
+    try:
+        return _EPOCH + timedelta(milliseconds=raw)
+    except OverflowError:
+        return None
+
+
+def debezium_forms(image: dict, columns: tuple[Column, ...]) -> tuple[dict, list[str]]:
+    """The image with Debezium's JSON value forms read as the declared types take them, and the columns
+    that held the TOAST placeholder (left out: the key's previous change holds their value)."""
+    out = dict(image)
+    unchanged: list[str] = []
+    for c in columns:
+        name = c.path[0] if c.path and isinstance(c.path[0], str) else c.name
+        if name not in out:
+            continue
+        value = out[name]
+        if _is_placeholder(value):
+            unchanged.append(c.name)
+            del out[name]
+            continue
+        converted = _form(c.type.declared, value)
+        if converted is not value:
+            out[name] = converted
+    return out, unchanged
+
+
+def _is_placeholder(value: object) -> bool:
+    if type(value) is str:
+        return value in (PLACEHOLDER, _PLACEHOLDER_B64)
+    return type(value) is list and len(value) == 1 and value[0] == PLACEHOLDER
+
+
+def _form(declared: str, value: object) -> object:
+    """One value in Debezium's form, as the declared type takes it; the value itself when it is not one."""
+    t = type(value)
+    if declared.startswith("numeric") and t is str:
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            return value
+        return number if number.is_finite() else value
+    if declared == "jsonb" and t is str:
+        try:
+            return json.loads(value, parse_float=Decimal)
+        except ValueError:
+            return value
+    if declared == "date" and t is int:
+        try:
+            return (date(1970, 1, 1) + timedelta(days=value)).isoformat()
+        except OverflowError:
+            return value
+    if declared == "timestamptz" and t is int:
+        try:
+            return (_EPOCH + timedelta(microseconds=value)).isoformat()
+        except OverflowError:
+            return value
+    if declared == "bytea" and t is str:
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return value
+    return value

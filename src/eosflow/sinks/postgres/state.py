@@ -1,0 +1,295 @@
+"""A change stream's state table: one row per primary key, the row its last committed change left.
+
+The pipeline's target is its changelog (every change, with its Kafka coordinates, as any pipeline's rows);
+the state table is derived from it in the commit's transaction: each key a batch touched is recomputed from
+all of the key's changes in the changelog, to its last by `(change_lsn, kafka_partition, kafka_offset)` (a
+missing LSN counting lowest). So the state never depends on the order runs commit in, re-delivered older
+changes never win, and a replay recomputes the keys its range held before and after. docs/DESIGN.md,
+"Change streams".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import psycopg
+from psycopg import sql
+
+from eosflow.ledger.ranges import OffsetRange
+from eosflow.pipelines import Pipeline
+from eosflow.schema.changes import declared
+
+KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
+IMAGE_OPS = ("c", "r", "u")
+KEYED_OPS = ("c", "r", "u", "d")
+# A change's place in the source's order, comparable as a row value (a missing LSN lowest).
+_TERMS = ("coalesce({t}.change_lsn, -1)", "{t}.kafka_partition", "{t}.kafka_offset")
+_ORDER = ", ".join(_TERMS)
+
+
+def of(pipeline: Pipeline) -> tuple[str, bool] | None:
+    """The pipeline's state table and whether its deletes are soft; None for a pipeline that appends."""
+    table = getattr(pipeline.sink, "state_table", "")
+    return (table, getattr(pipeline.sink, "deletes", "hard") == "soft") if table else None
+
+
+def _ident(table: str) -> sql.Identifier:
+    return sql.Identifier(*table.split("."))
+
+
+def _order(alias: str) -> sql.SQL:
+    return sql.SQL(_ORDER.format(t=alias))
+
+
+def _latest_first(alias: str) -> sql.SQL:
+    """The order as an ORDER BY, latest first (each of its three terms descending)."""
+    return sql.SQL(", ".join(term.format(t=alias) + " desc" for term in _TERMS))
+
+
+def ensure_state_table(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, soft: bool) -> None:
+    """The state table (declared columns, the key NOT NULL and primary, the last change's position), and
+    the changelog's indexes the recomputation reads by: the key and order, and the truncates."""
+    schema = pipeline.schema
+    key = schema.primary_key
+    columns = [
+        sql.SQL("{} {}{}").format(
+            sql.Identifier(c.name), sql.SQL(c.type.postgres), sql.SQL(" not null" if c.name in key else "")
+        )
+        for c in declared(schema)
+    ]
+    position = [
+        sql.SQL("change_lsn bigint"),
+        sql.SQL("change_ts timestamptz"),
+        sql.SQL("kafka_topic text not null"),
+        sql.SQL("kafka_partition integer not null"),
+        sql.SQL("kafka_offset bigint not null"),
+        sql.SQL("batch_id text not null"),
+    ]
+    if soft:
+        position.append(sql.SQL("deleted_at timestamptz"))
+    namespace = state_table.split(".")[0]
+    conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(namespace)))
+    conn.execute(
+        sql.SQL("create table if not exists {} ({}, primary key ({}))").format(
+            _ident(state_table),
+            sql.SQL(", ").join(columns + position),
+            sql.SQL(", ").join(map(sql.Identifier, key)),
+        )
+    )
+    changelog = _ident(pipeline.target_table)
+    name = pipeline.target_table.split(".")[1]
+    conn.execute(
+        sql.SQL("create index if not exists {} on {} ({}, change_lsn, kafka_partition, kafka_offset)").format(
+            sql.Identifier(f"{name[:40]}_state_key"), changelog, sql.SQL(", ").join(map(sql.Identifier, key))
+        )
+    )
+    conn.execute(
+        sql.SQL(
+            "create index if not exists {} on {} (change_lsn, kafka_partition, kafka_offset) where "
+            "change_op = 't'"
+        ).format(sql.Identifier(f"{name[:40]}_truncates"), changelog)  # fmt: skip
+    )
+
+
+def remember_keys(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:
+    """Add the keys the changelog holds in `ranges` to the keys this commit recomputes (a replay calls it
+    before replacing the range's rows, and again after)."""
+    key = pipeline.schema.primary_key
+    cols = sql.SQL(", ").join(map(sql.Identifier, key))
+    types = {c.name: c.type.postgres for c in declared(pipeline.schema)}
+    conn.execute(
+        sql.SQL("create temporary table if not exists {} ({}) on commit drop").format(
+            sql.Identifier(KEYS),
+            sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(types[k])) for k in key),
+        )
+    )
+    for r in ranges:
+        if r.empty:
+            continue
+        conn.execute(
+            sql.SQL(
+                "insert into {keys} ({cols}) select distinct {cols} from {log} where kafka_topic = %s "
+                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s "
+                "and change_op = any(%s) and ({nonnull})"
+            ).format(
+                keys=sql.Identifier(KEYS),
+                cols=cols,
+                log=_ident(pipeline.target_table),
+                nonnull=sql.SQL(" and ").join(
+                    sql.SQL("{} is not null").format(sql.Identifier(k)) for k in key
+                ),
+            ),
+            (r.topic, r.partition, r.start, r.end, list(KEYED_OPS)),
+        )
+
+
+def apply(
+    conn: psycopg.Connection, pipeline: Pipeline, state_table: str, soft: bool, ranges: Iterable[OffsetRange]
+) -> None:
+    """Recompute the state of every key remembered (and of `ranges`' keys), and apply any truncate they
+    hold; inside the commit's transaction, after the changelog holds the batch's rows."""
+    ranges = list(ranges)
+    remember_keys(conn, pipeline, ranges)
+    schema = pipeline.schema
+    key = schema.primary_key
+    image = [c.name for c in declared(schema)]
+    log, state = _ident(pipeline.target_table), _ident(state_table)
+    truncate = _latest_truncate(conn, log)
+    keys = sql.SQL(", ").join(map(sql.Identifier, key))
+    on_key = sql.SQL(" and ").join(sql.SQL("l.{k} = s.{k}").format(k=sql.Identifier(k)) for k in key)
+    # The last change of each remembered key, over all of its changes in the changelog.
+    last, last_image = _last_changes(log, key, "ops"), _last_changes(log, key, "image_ops")
+    older = (
+        sql.SQL("false")
+        if truncate is None
+        else sql.SQL("({}) < (%(t_lsn)s, %(t_part)s, %(t_off)s)").format(_order("l"))
+    )
+    params = {"ops": list(KEYED_OPS)}
+    if truncate is not None:
+        params |= {"t_lsn": truncate[0], "t_part": truncate[1], "t_off": truncate[2]}
+    gone = sql.SQL("(l.change_op = 'd' or {})").format(older)
+    if not soft:
+        conn.execute(
+            sql.SQL("delete from {state} s using ({last}) l where {on_key} and {gone}").format(
+                state=state, last=last, on_key=on_key, gone=gone
+            ),
+            params,
+        )
+    values = [_image_value(pipeline.target_table, name, key) for name in image]
+    position = ["change_lsn", "change_ts", "kafka_topic", "kafka_partition", "kafka_offset", "batch_id"]
+    target_cols = image + position + (["deleted_at"] if soft else [])
+    selected = values + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
+    selected += [sql.SQL("null::timestamptz")] if soft else []
+    updates = [c for c in target_cols if c not in key]
+    upsert = sql.SQL("on conflict ({keys}) do update set {updates}").format(
+        keys=keys,
+        updates=sql.SQL(", ").join(
+            sql.SQL("{c} = excluded.{c}").format(c=sql.Identifier(c)) for c in updates
+        ),
+    )
+    cols = sql.SQL(", ").join(map(sql.Identifier, target_cols))
+    params |= {"image_ops": list(IMAGE_OPS)}
+    conn.execute(
+        sql.SQL(
+            "insert into {state} ({cols}) select {selected} from ({last}) l "
+            "where l.change_op = any(%(image_ops)s) and not {older} {upsert}"
+        ).format(
+            state=state,
+            cols=cols,
+            selected=sql.SQL(", ").join(selected),
+            last=last,
+            older=older,
+            upsert=upsert,
+        ),  # fmt: skip
+        params,
+    )
+    if soft:
+        # A deleted key's row stays, marked, with its last image (the key's latest c, r or u; the delete's
+        # own image when there was none) and the delete's position.
+        first_key = sql.Identifier(key[0])
+        kept = [
+            sql.SQL("case when i.{k} is null then l.{c} else {img} end").format(
+                k=first_key,
+                c=sql.Identifier(name),
+                img=_unchanged_case(pipeline.target_table, name, key, "i"),
+            )
+            if name not in key
+            else sql.SQL("l.{}").format(sql.Identifier(name))
+            for name in image
+        ]
+        marked = kept + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
+        marked.append(sql.SQL("coalesce(l.change_ts, l.kafka_timestamp, now())"))
+        conn.execute(
+            sql.SQL(
+                "insert into {state} ({cols}) select {marked} from ({last}) l left join ({last_image}) i "
+                "using ({keys}) where {gone} {upsert}"
+            ).format(
+                state=state,
+                cols=cols,
+                marked=sql.SQL(", ").join(marked),
+                last=last,
+                last_image=last_image,
+                keys=keys,
+                gone=gone,
+                upsert=upsert,
+            ),  # fmt: skip
+            params,
+        )
+    if truncate is not None and _truncated_in(conn, log, ranges):
+        # A truncate empties every key whose last change is older than it, touched by this batch or not.
+        statement = "delete from {state} l where {older}" if not soft else (
+            "update {state} l set deleted_at = coalesce(deleted_at, now()) where {older}"
+        )  # fmt: skip
+        conn.execute(sql.SQL(statement).format(state=state, older=older), params)
+    conn.execute(sql.SQL("truncate {}").format(sql.Identifier(KEYS)))
+
+
+def _last_changes(log: sql.Identifier, key: tuple[str, ...], ops: str) -> sql.Composable:
+    """Each remembered key's last change among the ops of parameter `ops`, over all its changes."""
+    keys = sql.SQL(", ").join(map(sql.Identifier, key))
+    return sql.SQL(
+        "select distinct on ({keys}) c.* from {log} c join (select distinct {keys} from {remembered}) k "
+        "using ({keys}) where c.change_op = any({ops}) order by {keys}, {order}"
+    ).format(
+        keys=keys,
+        log=log,
+        remembered=sql.Identifier(KEYS),
+        ops=sql.Placeholder(ops),
+        order=_latest_first("c"),
+    )
+
+
+def _image_value(changelog: str, name: str, key: tuple[str, ...]) -> sql.Composable:
+    """A column of the last change, or, where Debezium sent its TOAST placeholder, the value of the key's
+    latest earlier change that carried the column."""
+    if name in key:
+        return sql.SQL("l.{}").format(sql.Identifier(name))
+    return _unchanged_case(changelog, name, key)
+
+
+def _unchanged_case(changelog: str, name: str, key: tuple[str, ...], alias: str = "l") -> sql.Composable:
+    column = sql.Identifier(name)
+    a = sql.SQL(alias)
+    same_key = sql.SQL(" and ").join(sql.SQL("p.{k} = {a}.{k}").format(k=sql.Identifier(k), a=a) for k in key)
+    return sql.SQL(
+        "case when {name} = any(coalesce({a}.change_unchanged, '{{}}'::text[])) "
+        "then (select p.{c} from {log} p where {same_key} and p.change_op in ('c', 'r', 'u') "
+        "and not ({name} = any(coalesce(p.change_unchanged, '{{}}'::text[]))) "
+        "and ({p_order}) < ({l_order}) order by {p_latest} limit 1) "
+        "else {a}.{c} end"
+    ).format(
+        a=a,
+        name=sql.Literal(name),
+        c=column,
+        log=_ident(changelog),
+        same_key=same_key,
+        p_order=_order("p"),
+        l_order=_order(alias),
+        p_latest=_latest_first("p"),
+    )
+
+
+def _latest_truncate(conn: psycopg.Connection, log: sql.Identifier) -> tuple[int, int, int] | None:
+    row = conn.execute(
+        sql.SQL(
+            "select coalesce(change_lsn, -1), kafka_partition, kafka_offset from {} where change_op = 't' "
+            "order by 1 desc, 2 desc, 3 desc limit 1"
+        ).format(log)
+    ).fetchone()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def _truncated_in(conn: psycopg.Connection, log: sql.Identifier, ranges: list[OffsetRange]) -> bool:
+    for r in ranges:
+        if r.empty:
+            continue
+        (found,) = conn.execute(
+            sql.SQL(
+                "select exists (select from {} where change_op = 't' and kafka_topic = %s "
+                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s)"
+            ).format(log),
+            (r.topic, r.partition, r.start, r.end),
+        ).fetchone()
+        if found:
+            return True
+    return False
