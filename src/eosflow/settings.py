@@ -112,6 +112,12 @@ class Settings:
     iceberg_rest_storage: str = "file"
     s3_port: int = 19000
     s3_bucket: str = "eosflow"
+    # Kafka Connect with Debezium (`--with connect`): its REST port, its group (also its internal topics'
+    # prefix), and the database it streams changes of, owned by a LOGIN REPLICATION role.
+    connect_port: int = 18083
+    connect_group: str = "eosflow-connect"
+    source_database: str = "source"
+    source_user: str = "eosflow_source"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -236,4 +242,8 @@ def load() -> Settings:
         iceberg_rest_storage=os.environ.get("EOSFLOW_ICEBERG_REST_STORAGE", "file").strip() or "file",
         s3_port=_int("EOSFLOW_S3_PORT", 19000),
         s3_bucket=os.environ.get("EOSFLOW_S3_BUCKET", "eosflow").strip() or "eosflow",
+        connect_port=_int("EOSFLOW_CONNECT_PORT", 18083),
+        connect_group=os.environ.get("EOSFLOW_CONNECT_GROUP", "eosflow-connect").strip() or "eosflow-connect",
+        source_database=os.environ.get("EOSFLOW_SOURCE_DATABASE", "source").strip() or "source",
+        source_user=os.environ.get("EOSFLOW_SOURCE_USER", "eosflow_source").strip() or "eosflow_source",
     )

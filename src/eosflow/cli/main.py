@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "service",
         nargs="?",
-        choices=["kafka", "postgres", "registry", "iceberg-rest", "s3"],
+        choices=["kafka", "postgres", "registry", "iceberg-rest", "s3", "connect"],
         help="with logs: only this one",
     )
     p.add_argument(
@@ -290,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="SERVICE",
-        help="with up or fetch: an optional server too, iceberg-rest or s3 (repeat it, or a comma list; "
-        "also EOSFLOW_STACK_WITH); down stops them whatever was asked",
+        help="with up or fetch: an optional server too, iceberg-rest, s3 or connect (repeat it, or a comma "
+        "list; also EOSFLOW_STACK_WITH); down stops them whatever was asked",
     )
     p.add_argument("-n", "--lines", type=int, default=40, help="with logs: how many lines")
     p.add_argument(

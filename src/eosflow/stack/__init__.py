@@ -2,7 +2,8 @@
 
 `up` is idempotent and waits for real health; `down` stops only what `up` started (found through
 pid files and data folders that are ours). The optional servers (eosflow.stack.optional: an Iceberg REST
-catalog, an S3 server) start only when asked (`with`), and every `down` stops them.
+catalog, an S3 server, Kafka Connect with Debezium) start only when asked (`with`), and every `down`
+stops them.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """The stack's optional servers: started only when asked, stopped by every `eosflow stack down`.
 
-`iceberg-rest` (Iceberg's REST catalog, eosflow.stack.iceberg_rest) and `s3` (S3Proxy,
-eosflow.stack.s3_server). Asked for with `eosflow stack up --with iceberg-rest --with s3` (or a comma
-list), or EOSFLOW_STACK_WITH, which `up` reads too. Their jars are fetched the first time one starts
-(or by `eosflow stack fetch --with ...`), so `make setup` and a bare `eosflow stack up` never pay for them.
+`iceberg-rest` (Iceberg's REST catalog, eosflow.stack.iceberg_rest), `s3` (S3Proxy,
+eosflow.stack.s3_server) and `connect` (Kafka Connect with Debezium's PostgreSQL connector,
+eosflow.stack.connect, which also registers connectors). Asked for with
+`eosflow stack up --with iceberg-rest --with s3` (or a comma list), or EOSFLOW_STACK_WITH, which `up`
+reads too. Their jars are fetched the first time one starts (or by `eosflow stack fetch --with ...`), so
+`make setup` and a bare `eosflow stack up` never pay for them.
 
 Code and tests reach them through `ensure` (start if not running, return the endpoint), `iceberg_rest`
-(the same, with the catalog's warehouse) and `s3` (the same, with the S3 details: endpoint, region,
-bucket, access key, secret). The pytest fixtures `iceberg_rest` and `s3_server` (tests/stack_servers.py)
-call them.
+(the same, with the catalog's warehouse), `s3` (the same, with the S3 details: endpoint, region,
+bucket, access key, secret) and `connect` (the same, with the source database). The pytest fixtures
+`iceberg_rest`, `s3_server` and `connect_server` (tests/stack_servers.py) call them.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from dataclasses import dataclass
 
 from eosflow.errors import StackError
 from eosflow.settings import Settings
+from eosflow.stack.connect import ConnectDetails, ConnectService
 from eosflow.stack.iceberg_rest import IcebergRestService
 from eosflow.stack.s3_server import S3Details, S3Service
 
 # In start order: the REST catalog may keep its warehouse in the S3 server.
-NAMES = ("s3", "iceberg-rest")
+NAMES = ("s3", "iceberg-rest", "connect")
 WITH_ENV = "EOSFLOW_STACK_WITH"
 
-OptionalService = IcebergRestService | S3Service
+OptionalService = IcebergRestService | S3Service | ConnectService
 
 
 def service(settings: Settings, name: str) -> OptionalService:
@@ -34,6 +37,8 @@ def service(settings: Settings, name: str) -> OptionalService:
         return S3Service(settings)
     if name == "iceberg-rest":
         return IcebergRestService(settings)
+    if name == "connect":
+        return ConnectService(settings)
     raise StackError(f"no optional stack service {name!r}: choose from {', '.join(NAMES)}")
 
 
@@ -79,5 +84,14 @@ def iceberg_rest(settings: Settings, log=print) -> IcebergRestDetails:
 def s3(settings: Settings, log=print) -> S3Details:
     """The stack's S3 server, started if needed: endpoint, region, bucket and credentials."""
     svc = S3Service(settings)
+    svc.start(log=log)
+    return svc.details()
+
+
+def connect(settings: Settings, log=print) -> ConnectDetails:
+    """The stack's Kafka Connect worker with Debezium, started if needed (its source database made): its
+    REST endpoint, the broker, the source database's conninfo. Register connectors with
+    eosflow.stack.connect.register_postgres_source."""
+    svc = ConnectService(settings)
     svc.start(log=log)
     return svc.details()

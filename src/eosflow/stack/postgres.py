@@ -218,6 +218,11 @@ class PostgresService:
             # A million-row commit writes about a gigabyte of WAL: at the default max_wal_size (1GB)
             # Postgres checkpointed in the middle of every large commit (its log said so, 18 times).
             "max_wal_size = 4GB\n"
+            # Logical decoding, for Debezium (`eosflow stack up --with connect`): a slot and a WAL sender
+            # per connector. Read at server start only: a running cluster needs a restart to take it.
+            "wal_level = logical\n"
+            "max_replication_slots = 10\n"
+            "max_wal_senders = 10\n"
         )
         main_conf = self.data_dir / "postgresql.conf"
         text = main_conf.read_text()
