@@ -283,6 +283,31 @@ def test_a_sigkilled_worker_restarted_goes_on_and_each_change_is_read_once(priva
     assert {value["payload"]["op"] for _, value in records} == {"c"}
 
 
+def test_a_connector_without_schemas_or_required_exactly_once_runs_as_asked(private, worker):
+    name, prefix = f"plain-{RUN}", f"plain{RUN}"
+    with _source(private) as db:
+        db.execute("create table plain (id int primary key, amount numeric(6,3))")
+        db.execute("insert into plain values (1, 1.5)")
+    connect.register_postgres_source(private, name, ["plain"], prefix, exactly_once=False, schemas=False)
+    connect.wait_running(private, name)
+    with urllib.request.urlopen(f"{worker.endpoint}/connectors/{name}/config", timeout=5) as answer:
+        config = json.load(answer)
+    assert "exactly.once.support" not in config and config["value.converter.schemas.enable"] == "false"
+    [(key, value)] = _consume(private, f"{prefix}.public.plain", lambda got: len(got) >= 1)
+    assert key == {"id": 1}  # the payload alone, no schema beside it
+    assert value["op"] == "r" and value["after"] == {"id": 1, "amount": "1.500"}
+    connect.delete(private, name)
+
+
+def test_a_connector_for_a_table_that_is_not_there_fails_with_debeziums_reason(private, worker):
+    name = f"typo-{RUN}"
+    connect.register_postgres_source(private, name, ["no_such_table"], f"typo{RUN}")
+    with pytest.raises(StackError, match="No table filters found for filtered publication") as failed:
+        connect.wait_running(private, name)
+    assert "\tat " not in str(failed.value) and len(str(failed.value).splitlines()) < 5  # no Java frames
+    connect.delete(private, name)
+
+
 def test_the_initial_snapshot_of_ten_thousand_rows(private, worker):
     name, prefix, rows = f"snapshot-{RUN}", f"snap{RUN}", 10_000
     with _source(private) as db:

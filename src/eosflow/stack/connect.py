@@ -21,7 +21,9 @@ Postgres started before that needs a restart, which this module never does itsel
 
 `register_postgres_source` PUTs a Debezium connector (pgoutput, a slot and a publication per connector,
 exactly.once.support=required, transaction.boundary=poll); `wait_running`, `status`, `delete` (which
-also resets its offsets and drops its slot and publication).
+also resets its offsets and drops its slot and publication). A slot keeps every WAL segment its
+connector has not confirmed, also while the worker is stopped (`eosflow stack down`): delete connectors
+that are done with, or Postgres's disk fills.
 
 decimal.handling.mode=string: a numeric column arrives as its exact decimal text ("12.30"), which a
 consumer turns into a Decimal without loss, whatever the column's scale (an unconstrained numeric too).
@@ -443,7 +445,7 @@ def wait_running(settings: Settings, name: str, timeout: float = 60.0) -> dict[s
         states = [last.get("connector", {}), *last.get("tasks", [])]
         failed = [s for s in states if s.get("state") == "FAILED"]
         if failed:
-            raise StackError(f"connector {name!r} failed: {failed[0].get('trace', '(no trace)').strip()}")
+            raise StackError(f"connector {name!r} failed: {_reason(failed[0].get('trace', '(no trace)'))}")
         if last.get("tasks") and all(s.get("state") == "RUNNING" for s in states):
             return last
         if time.monotonic() >= deadline:
@@ -452,6 +454,12 @@ def wait_running(settings: Settings, name: str, timeout: float = 60.0) -> dict[s
                 f"{json.dumps(last)}"
             )
         time.sleep(0.25)
+
+
+def _reason(trace: str) -> str:
+    """A Java stack trace without its frames: the exception and each cause, one line each."""
+    lines = [line.strip() for line in trace.splitlines()]
+    return "\n".join(line for line in lines if line and not line.startswith(("at ", "...")))
 
 
 def delete(settings: Settings, name: str, timeout: float = 60.0) -> None:
