@@ -143,7 +143,7 @@ class ConnectService:
         if self.pid() is not None:
             if not self.healthy():
                 self._wait_healthy(self.pid())
-            provision_source(self.s)  # another state folder's settings may name another database
+            provision_source(self.s)  # Postgres may have been reset since, or another database asked for
             return
         self.prepare(log=log)
         self._require_broker()
