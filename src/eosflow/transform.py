@@ -143,7 +143,8 @@ class BatchCheck:
             if changes:  # a change needs its key too (a keyed topic's key is the row's primary key)
                 change = self._changes
                 values, keys_ = batch.column("value").to_pylist(), batch.column("key").to_pylist()
-                results = [change(k, v) for k, v in zip(keys_, values, strict=True)]
+                headers = batch.column("kafka_headers").to_pylist()
+                results = [change(k, v, h) for k, v, h in zip(keys_, values, headers, strict=True)]
             elif self.schema.transform is None:
                 results = [check(v) for v in batch.column("value").to_pylist()]
             else:

@@ -58,11 +58,11 @@ ROW = {
 def test_an_insert_reads_debeziums_value_forms_as_the_declared_types(schema_block) -> None:
     error, typed = _check()(b'{"id": 7}', _envelope("c", after=ROW, schema_block=schema_block))
     assert error is None
-    (id_, email, balance, profile, born, seen, tags, op, lsn, ts, unchanged) = typed
+    (id_, email, balance, profile, born, seen, tags, op, lsn, ts, unchanged, old_key) = typed
     assert (id_, email, balance, tags) == (7, "a@example.com", Decimal("12.50"), ["a", "b"])
     assert profile == {"tier": "gold", "score": Decimal("1.5")}
     assert born == date(2022, 1, 8) and seen == datetime(2025, 11, 26, 10, 0, 0, 123456, tzinfo=UTC)
-    assert (op, lsn, unchanged) == ("c", 24023128, None)
+    assert (op, lsn, unchanged, old_key) == ("c", 24023128, None, None)
     assert ts == datetime(2025, 11, 26, 10, 0, tzinfo=UTC)
 
 
@@ -71,7 +71,7 @@ def test_a_delete_needs_only_the_key_in_before_and_its_tombstone_changes_nothing
     error, typed = check(b'{"id": 7}', _envelope("d", before={"id": 7}))
     assert error is None and typed[0] == 7 and typed[1] is None and typed[7] == "d"
     error, tombstone = check(b'{"schema": {}, "payload": {"id": 7}}', None)
-    assert error is None and tombstone[0] == 7 and tombstone[7:] == ["-", None, None, None]
+    assert error is None and tombstone[0] == 7 and tombstone[7:] == ["-", None, None, None, None]
 
 
 def test_a_toasted_column_an_update_left_unchanged_is_listed_not_stored() -> None:
@@ -140,3 +140,15 @@ def test_a_change_stream_declaration_that_cannot_work_is_refused(changes, why) -
     spec = {"topics": ["t"], "columns": COLUMNS, "target_table": "replica.log", **changes}
     with pytest.raises(PipelineConfigError, match=why):
         _parse("p", spec, "pipeline p")
+
+
+def test_a_create_after_a_key_update_names_the_old_key_whose_history_holds_its_toasted_columns() -> None:
+    """Debezium moves a row whose key changed as a delete of the old key and a create of the new one, the
+    old key in the create's header __debezium.oldkey; a TOASTed column the update left unchanged is the
+    placeholder in the create, and its value is in the old key's history."""
+    after = {**ROW, "id": 40, "tags": [PLACEHOLDER]}
+    headers = json.dumps([{"key": "__debezium.oldkey", "value": '{"schema": {}, "payload": {"id": 4}}'}])
+    error, typed = _check()(b'{"id": 40}', _envelope("c", after=after), headers)
+    assert error is None and typed[0] == 40 and typed[10] == ["tags"] and typed[11] == {"id": 4}
+    error, typed = _check()(b'{"id": 40}', _envelope("c", after=ROW), headers)
+    assert typed[11] is None  # nothing left unchanged: the old key is not needed

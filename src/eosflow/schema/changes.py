@@ -74,8 +74,11 @@ class ChangeCheck:
             self.decode = _decoder(dataclasses.replace(schema, changes=None), registry)
         self.check = self._debezium if schema.changes == "debezium" else self._keyed
 
-    def __call__(self, key: bytes | None, value: bytes | None) -> Result:
-        return self.check(key, value)
+    def __call__(self, key: bytes | None, value: bytes | None, headers: str | None = None) -> Result:
+        error, typed = self.check(key, value)
+        if typed is not None:
+            typed.append(_old_key(headers, self.key_columns) if typed[-1] and typed[-4] == "c" else None)
+        return error, typed
 
     # --- Debezium
 
@@ -176,6 +179,26 @@ class ChangeCheck:
             names = [c.name for c in self.key_columns]
             return {}, f"not a change of a row: the key is not a JSON object of {names}"
         return {c.name: doc.get(c.name) for c in self.key_columns}, None
+
+
+OLD_KEY_HEADER = "__debezium.oldkey"
+
+
+def _old_key(headers: str | None, key_columns: tuple[Column, ...]) -> dict | None:
+    """The old primary key Debezium puts in a header of the create that follows a primary-key update, as
+    {column: value}; None without one. Only asked for when the create left columns unchanged."""
+    if not headers or OLD_KEY_HEADER not in headers:
+        return None
+    try:
+        found = [h["value"] for h in json.loads(headers) if h.get("key") == OLD_KEY_HEADER]
+        doc = json.loads(found[-1]) if found and found[-1] else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
+        doc = doc["payload"]
+    if not isinstance(doc, dict) or any(doc.get(c.name) is None for c in key_columns):
+        return None
+    return {c.name: doc[c.name] for c in key_columns}
 
 
 def _lsn(raw: object) -> tuple[int | None, str | None]:

@@ -40,6 +40,7 @@ RESERVED_COLUMNS = frozenset(
         "change_lsn",
         "change_ts",
         "change_unchanged",
+        "change_old_key",
         "deleted_at",
     }
 )
@@ -183,6 +184,9 @@ CHANGE_COLUMNS: tuple[Column, ...] = (
     Column("change_lsn", parse_type("bigint"), meta="change"),
     Column("change_ts", parse_type("timestamptz"), meta="change"),
     Column("change_unchanged", parse_type("text[]"), meta="change"),
+    # A create after a primary-key update: the old key (Debezium's __debezium.oldkey header), whose history
+    # holds the values of the columns the update left unchanged.
+    Column("change_old_key", parse_type("jsonb"), meta="change"),
 )
 
 

@@ -155,7 +155,8 @@ def apply(
             ),
             params,
         )
-    values = [_image_value(pipeline.target_table, name, key) for name in image]
+    types = {c.name: c.type.postgres for c in declared(schema)}
+    values = [_image_value(pipeline.target_table, name, key, types) for name in image]
     position = ["change_lsn", "change_ts", "kafka_topic", "kafka_partition", "kafka_offset", "batch_id"]
     target_cols = image + position + (["deleted_at"] if soft else [])
     selected = values + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
@@ -191,7 +192,7 @@ def apply(
             sql.SQL("case when i.{k} is null then l.{c} else {img} end").format(
                 k=first_key,
                 c=sql.Identifier(name),
-                img=_unchanged_case(pipeline.target_table, name, key, "i"),
+                img=_unchanged_case(pipeline.target_table, name, key, "i", types),
             )
             if name not in key
             else sql.SQL("l.{}").format(sql.Identifier(name))
@@ -239,18 +240,32 @@ def _last_changes(log: sql.Identifier, key: tuple[str, ...], ops: str) -> sql.Co
     )
 
 
-def _image_value(changelog: str, name: str, key: tuple[str, ...]) -> sql.Composable:
+def _image_value(changelog: str, name: str, key: tuple[str, ...], types: dict[str, str]) -> sql.Composable:
     """A column of the last change, or, where Debezium sent its TOAST placeholder, the value of the key's
     latest earlier change that carried the column."""
     if name in key:
         return sql.SQL("l.{}").format(sql.Identifier(name))
-    return _unchanged_case(changelog, name, key)
+    return _unchanged_case(changelog, name, key, "l", types)
 
 
-def _unchanged_case(changelog: str, name: str, key: tuple[str, ...], alias: str = "l") -> sql.Composable:
+def _unchanged_case(
+    changelog: str, name: str, key: tuple[str, ...], alias: str = "l", types: dict[str, str] | None = None
+) -> sql.Composable:
+    """The column of change `alias`, or where it carried the TOAST placeholder, the value of the latest
+    earlier change that carried it: of the same key, or of the old key a primary-key update moved the row
+    from (change_old_key)."""
     column = sql.Identifier(name)
     a = sql.SQL(alias)
-    same_key = sql.SQL(" and ").join(sql.SQL("p.{k} = {a}.{k}").format(k=sql.Identifier(k), a=a) for k in key)
+    same = sql.SQL(" and ").join(sql.SQL("p.{k} = {a}.{k}").format(k=sql.Identifier(k), a=a) for k in key)
+    old = sql.SQL(" and ").join(
+        sql.SQL("p.{k} = ({a}.change_old_key ->> {name})::{t}").format(
+            k=sql.Identifier(k), a=a, name=sql.Literal(k), t=sql.SQL((types or {}).get(k, "text"))
+        )
+        for k in key
+    )
+    same_key = sql.SQL("(({same}) or ({a}.change_old_key is not null and {old}))").format(
+        same=same, a=a, old=old
+    )
     return sql.SQL(
         "case when {name} = any(coalesce({a}.change_unchanged, '{{}}'::text[])) "
         "then (select p.{c} from {log} p where {same_key} and p.change_op in ('c', 'r', 'u') "
