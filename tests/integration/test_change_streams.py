@@ -236,3 +236,73 @@ def test_a_replay_recomputes_the_keys_of_its_range(case):
     assert state_of(case, state) == before
     versions = case.query(f"select distinct transform_version from {case.table}")
     assert versions == [("v2",)]
+
+
+ROW_AVRO = {
+    "type": "record",
+    "name": "Value",
+    "namespace": "shop.public.customers",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "email", "type": "string"},
+        {
+            "name": "balance",
+            "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}],
+        },
+        {"name": "notes", "type": ["null", "string"], "default": None},
+    ],
+}
+ENVELOPE_AVRO = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "shop.public.customers",
+    "fields": [
+        {"name": "before", "type": ["null", ROW_AVRO], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "fields": [{"name": "lsn", "type": ["null", "long"]}, {"name": "ts_ms", "type": "long"}],
+            },
+        },  # fmt: skip
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+def test_debeziums_avro_envelope_through_the_registry_is_a_change_stream_too(case, schema_registry):
+    """Debezium with Confluent's Avro converter: the envelope an Avro record (decimal.handling.mode=precise:
+    a decimal logical type), its writer schema from the registry."""
+    import dataclasses
+
+    import fastavro
+
+    from eosflow.schema.avro import SchemaRegistry, encode
+
+    case.settings = dataclasses.replace(case.settings, schema_registry_url=schema_registry.url)
+    state = as_change_stream(case, format="avro")
+    schema_id = SchemaRegistry(schema_registry).register(f"{case.topic}-value", ENVELOPE_AVRO)
+    parsed = fastavro.parse_schema(ENVELOPE_AVRO)
+
+    def change(op: str, row: dict, lsn: int) -> bytes:
+        image = {"before": row if op == "d" else None, "after": None if op == "d" else row}
+        return encode(schema_id, parsed, {**image, "source": {"lsn": lsn, "ts_ms": 1}, "op": op, "ts_ms": 1})
+
+    rows = [
+        (b'{"id": 1}', change("c", {"id": 1, "email": "a@x", "balance": Decimal("1.10"), "notes": None}, 10)),
+        (b'{"id": 2}', change("c", {"id": 2, "email": "b@x", "balance": None, "notes": "n"}, 20)),
+        (b'{"id": 1}', change("u", {"id": 1, "email": "a2@x", "balance": Decimal("7.25"), "notes": "x"}, 30)),
+        (b'{"id": 2}', change("d", {"id": 2, "email": "b@x", "balance": None, "notes": None}, 40)),
+        (b'{"id": 2}', None),
+    ]
+    ensure_topic(case.settings.bootstrap_servers, case.topic, 1, log=lambda m: None)
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    for key, value in rows:
+        producer.produce(case.topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, state) == {1: ("a2@x", Decimal("7.25"), "x")}
+    assert case.rejected() == []
