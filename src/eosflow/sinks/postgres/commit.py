@@ -10,6 +10,8 @@ matches the stored positions (stale plan, zombie, concurrent run) is fenced and 
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -70,7 +72,9 @@ def _commit_exactly_once(
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
         if kept := state.of(pipeline):  # a change stream: its keys' rows recomputed from the changelog
+            started = time.monotonic()
             state.apply(conn, pipeline, *kept, plan.nonempty)
+            print(f"eosflow: state apply: {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
