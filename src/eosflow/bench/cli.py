@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eosflow import settings as settings_mod
-from eosflow.bench.results import MEASUREMENTS, OVERHEADS, Result
+from eosflow.bench.results import CHANGE_MEASUREMENTS, MEASUREMENTS, OVERHEADS, Result
 
 if TYPE_CHECKING:
     from eosflow.bench.report import RunInfo
@@ -38,6 +38,8 @@ SCALING_PARTITIONS = "1,4,8"
 SCALING_RECORDS = "1000000,4000000"
 SEED = 7
 STREAM_RATE, STREAM_SECONDS = 5_000, 600
+DEFAULT_CHANGES, DEFAULT_KEYS = 1_000_000, 100_000  # issue 44's change-stream workload
+SMOKE_CHANGES, SMOKE_KEYS = 5_000, 500
 
 
 def log(msg: str) -> None:
@@ -60,9 +62,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--only",
         type=_measurements,
-        default=list(MEASUREMENTS),
+        default=None,
         metavar="NAMES",
-        help=f"comma-separated measurements to run (default: all): {','.join(MEASUREMENTS)}",
+        help="comma-separated measurements to run (default: all of the workload's): "
+        f"{','.join(MEASUREMENTS)}; "
+        f"of the change-stream workload: {','.join(CHANGE_MEASUREMENTS)}",
+    )
+    p.add_argument(
+        "--changes",
+        type=_positive,
+        default=None,
+        help="the change-stream workload instead (issue 44): this many Debezium changes of a customers "
+        f"table (default with a change measurement in --only: {DEFAULT_CHANGES:,}; with --smoke "
+        f"{SMOKE_CHANGES:,}), replicated by eosflow and by a merge loop; writes changes.md/.csv/.png",
+    )
+    p.add_argument(
+        "--keys",
+        type=_positive,
+        default=None,
+        help=f"with --changes: the table's primary keys (default {DEFAULT_KEYS:,}; with --smoke "
+        f"{SMOKE_KEYS:,})",
     )
     p.add_argument(
         "--scaling",
@@ -137,6 +156,11 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
     from eosflow.bench.load import LoadError
     from eosflow.errors import StackError
 
+    changes = args.changes is not None or any(m in CHANGE_MEASUREMENTS for m in args.only or ())
+    if changes and any(m in MEASUREMENTS for m in args.only or ()):
+        log("error: --only mixes the change-stream measurements with the others; run them apart")
+        return 2
+    args.only = args.only or list(CHANGE_MEASUREMENTS if changes else MEASUREMENTS)
     settings = settings or settings_mod.load()
     unhealthy = [s.name for s in stack.status(settings) if not s.healthy]
     if unhealthy:
@@ -169,6 +193,8 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
 
     run = _Run(settings, run_id, out_dir, default_out, work_dir, info)
     try:
+        if changes:
+            return _changes(args, run, partitions)
         if args.kafka_sink:
             return _kafka_sink(args, run, records, partitions)
         if args.stream:
@@ -225,6 +251,38 @@ def _kafka_sink(args: argparse.Namespace, run: _Run, records: int, partitions: i
         run, "kafka_sink.md", "Kafka to Kafka", about, lambda header: kafka_sink.markdown(timed, header), t0
     )
     return 0
+
+
+def _changes(args: argparse.Namespace, run: _Run, partitions: int) -> int:
+    from eosflow.bench import change_suite
+    from eosflow.bench.change_load import ChangeLoadError, plan_counts
+
+    t0 = time.monotonic()
+    changes = args.changes or (SMOKE_CHANGES if args.smoke else DEFAULT_CHANGES)
+    keys = args.keys or (SMOKE_KEYS if args.smoke else DEFAULT_KEYS)
+    try:
+        plan_counts(changes, keys)
+    except ValueError as exc:
+        log(f"error: {exc}")
+        return 2
+    cell = change_suite.ChangeCell(run.run_id, partitions, changes, keys, args.seed)
+    try:
+        outcome = change_suite.run_changes(run.settings, cell, args.only, run.work_dir, log, keep=args.keep)
+    except ChangeLoadError as exc:
+        log(f"error: {exc}")
+        return 1
+    about = f"{changes:,} changes over {keys:,} keys in {partitions} partitions, one run each, one topic."
+    info = run.info(outcome.problems)
+    header = (
+        f"# eosflow bench: change streams\n\nRun `{info.run_id}`, {info.started}: {about}\n\nMachine: "
+        f"{info.machine.describe()}. Load average before {info.load_before[0]:.2f}, after "
+        f"{info.load_after[0]:.2f}."
+    )
+    paths = change_suite.write_report(run.out_dir, outcome, header)
+    print(paths[0].read_text())
+    _finish(paths, outcome.problems, time.monotonic() - t0, args, run.work_dir)
+    _print_table(outcome.results)
+    return 0 if outcome.ok else 1
 
 
 def _write_report(
@@ -312,11 +370,11 @@ def _int_list(text: str) -> list[int]:
 
 def _measurements(text: str) -> list[str]:
     names = [item.strip() for item in text.split(",") if item.strip()]
-    unknown = [n for n in names if n not in MEASUREMENTS]
+    unknown = [n for n in names if n not in MEASUREMENTS and n not in CHANGE_MEASUREMENTS]
     if unknown or not names:
         given = ", ".join(unknown) or "(none given)"
         raise argparse.ArgumentTypeError(
-            f"unknown measurement(s) {given}; choose from {', '.join(MEASUREMENTS)}"
+            f"unknown measurement(s) {given}; choose from {', '.join([*MEASUREMENTS, *CHANGE_MEASUREMENTS])}"
         )
     return names
 

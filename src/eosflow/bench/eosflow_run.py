@@ -20,6 +20,7 @@ from eosflow import pipelines
 from eosflow import settings as settings_mod
 
 OUTCOME_OK = ("COMMITTED", "ALREADY COMMITTED")
+ORDERS = "orders"  # the declaration every measurement but the change-stream bench's reads
 _TIME = re.compile(r"^\s*time: (?P<phases>.*) \(total [0-9.]+s")
 _OUTCOME = re.compile(r"outcome: (?P<outcome>[A-Z_ ]+?)(\s{2}|$)")
 _TOTAL = re.compile(r"^\s*total\s+(?P<read>[\d,]+)\s+(?P<written>[\d,]+)\s+(?P<rejected>[\d,]+)\s*$")
@@ -39,21 +40,28 @@ class IngestSummary:
 
 
 def write_pipelines_file(
-    path: Path, pipeline: str, topic: str, target_table: str, max_records: int, sink: dict | None = None
+    path: Path,
+    pipeline: str,
+    topic: str,
+    target_table: str,
+    max_records: int,
+    sink: dict | None = None,
+    declaration: dict | None = None,
 ) -> Path:
     """One pipeline reading all of `topic` in a single run.
 
     The planner caps a range in offsets, not records, and transaction markers take offsets too: a
     cap of `max_records` cut a one-partition topic of 1M records in transactions of 1,000 at
     999,001 records. Every record plus at most one marker each always fits under twice as many.
-    `sink`: another sink's keys instead of `target_table` (the Iceberg measurement's).
+    `sink`: another sink's keys instead of `target_table` (the Iceberg measurement's); `declaration`:
+    the columns (and changes:) instead of the orders declaration (the change-stream bench's).
     """
     body = {
         "pipelines": {
             pipeline: {
                 "topics": [topic],
                 **(sink or {"target_table": target_table}),
-                **pipelines.declaration(settings_mod.load().root / "pipelines.yml", "orders"),
+                **(declaration or pipelines.declaration(settings_mod.load().root / "pipelines.yml", ORDERS)),
                 "transform_version": "v1",
                 "initial_offset": "earliest",
                 "max_records_per_partition": 2 * max(max_records, 1),

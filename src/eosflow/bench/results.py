@@ -21,6 +21,12 @@ MEASUREMENTS: dict[str, str] = {
     "competent": "Competent loop (assign, msgspec checks, COPY + positions in one transaction)",
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
 }
+# The change-stream workload's (`--changes`, issue 44; eosflow.bench.change_suite), run apart from those.
+CHANGE_MEASUREMENTS: dict[str, str] = {
+    "eosflow-changes": "eosflow ingest, changes: debezium (changelog + state table), end to end",
+    "merge-loop": "Merge loop (assign, msgspec, COPY + reduce + DELETE + upsert + positions per transaction)",
+    "eosflow-append": "eosflow ingest, the same columns appended (no changes:), end to end",
+}
 OVERHEADS = ("overhead", "overhead-spark")  # 1-record runs: beside the table, not in its ratios
 # fill a table with the loaded rows
 WRITERS = ("write-ceiling", "write-ceiling-2", "eosflow", "handwritten", "competent", "streaming")
@@ -66,7 +72,8 @@ class Result:
 
     @property
     def label(self) -> str:
-        return MEASUREMENTS.get(self.measurement, self.measurement)
+        labels = MEASUREMENTS | CHANGE_MEASUREMENTS
+        return labels.get(self.measurement, self.measurement)
 
     @property
     def records_per_s(self) -> float:
