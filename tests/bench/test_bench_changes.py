@@ -11,6 +11,7 @@ import argparse
 import json
 
 import msgspec
+import psycopg
 import pytest
 
 from eosflow.bench import change_load, cli, merge_loop
@@ -50,6 +51,12 @@ def test_smoke_the_change_cells_replicate_the_source_exactly(running_stack, tmp_
     text = (tmp_path / "changes.md").read_text()
     assert "eosflow changes ≥ 1.0 × the merge loop" in text and "PROBLEM" not in text
     assert not (tmp_path / "work").exists(), "a successful smoke run leaves only its results"
+    with psycopg.connect(running_stack.warehouse_dsn) as conn:
+        left = conn.execute(
+            "select tablename from pg_tables where schemaname = 'bench' and tablename like %s",
+            (f"%{state.run_id}%",),
+        ).fetchall()
+    assert left == [], "the bench drops every table it made"
 
 
 def test_the_generator_keeps_the_counts_lsn_order_and_the_sources_end():

@@ -212,7 +212,8 @@ def run_changes(
     )
     ctx = _Context(settings, cell, workload, work_dir, log)
     selected = [m for m in CHANGE_MEASUREMENTS if m in only]
-    tables = [cell.table(k) for k in ("expected", "log", "state", "merge", "merge_positions", "append")]
+    tables = [cell.table(k) for k in ("expected", "log", "state", "merge", "append")]
+    tables.append(f"{cell.table('merge')}_positions")  # the merge loop's, beside its replica
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
         conn.execute(f"create schema if not exists {SCHEMA}")
         for table in tables:
@@ -417,7 +418,7 @@ def _chart(path: Path, results: list[Result]) -> Path:
             left += seconds
         if APPLY in eos.detail:
             ax2.barh(["of the commit"], [eos.detail[APPLY]], color="#8c8c8c",
-                     label=f"state apply {eos.detail['commit: state apply']:.1f}s")  # fmt: skip
+                     label=f"state apply {eos.detail[APPLY]:.1f}s")  # fmt: skip
         ax2.set_xlabel("seconds")
         ax2.set_title("eosflow changes, step by step")
         ax2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
