@@ -1,14 +1,16 @@
 """`make soak`: the randomized schedules for 1,000+ steps per runner on a stack of its own, then reports.
 
     python -m tests.random.soak            # EOSFLOW_SOAK_STEPS (1000 per runner), EOSFLOW_SOAK_SEED (random),
-                                           # EOSFLOW_SOAK_RUNNERS (batch,kafka,publisher,stream)
+                                           # EOSFLOW_SOAK_RUNNERS (batch,kafka,publisher,stream,
+                                           # iceberg,changes)
 
-The stack lives under .stack/soak on ports of its own (Kafka 19292/19293, Postgres 15632), started
-with `eosflow stack up` and stopped with `eosflow stack down` at the end (EOSFLOW_SOAK_KEEP_STACK=1
-keeps it). Machines run one after another, each a fresh pipeline, until the steps are done; a
-violation ends its machine (no shrinking: the machine's own step list is in the report) and the
-soak goes on with the next. Each runner's report goes to soak/results/<runner>.md and .json, and
-soak/results/latest.md sums them up.
+The stack lives under .stack/soak on ports of its own (Kafka 19292/19293, Postgres 15632, Kafka Connect
+19283), started with `eosflow stack up` (`--with connect` when the changes runner is asked for: its
+Postgres runs with wal_level = logical, as every stack's) and stopped with `eosflow stack down` at the
+end (EOSFLOW_SOAK_KEEP_STACK=1 keeps it). Machines run one after another, each a fresh pipeline, until
+the steps are done; a violation ends its machine (no shrinking: the machine's own step list is in the
+report) and the soak goes on with the next. Each runner's report goes to soak/results/<runner>.md and
+.json, and soak/results/latest.md sums them up.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ SOAK_ENV = {
     "EOSFLOW_KAFKA_CONTROLLER_PORT": "19293",
     "EOSFLOW_KAFKA_SASL_PORT": "0",  # the dev stack's SASL port stays the dev stack's
     "EOSFLOW_PG_PORT": "15632",
+    "EOSFLOW_CONNECT_PORT": "19283",  # the changes runner's Connect worker, beside the dev stack's
     "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the soak's pipelines are JSON
 }
 RESULTS = ROOT / "soak" / "results"
-RUNNERS = ("batch", "kafka", "publisher", "stream", "iceberg")
+RUNNERS = ("batch", "kafka", "publisher", "stream", "iceberg", "changes")
 
 
 def _eosflow(*args: str) -> None:
@@ -42,6 +45,7 @@ def _eosflow(*args: str) -> None:
 
 
 def machine_class(runner: str) -> type:
+    from tests.random.change_stream import ChangeStreamMachine
     from tests.random.iceberg_sink import IcebergSinkMachine
     from tests.random.kafka_sink import KafkaSinkMachine
     from tests.random.machine import ScheduleMachine
@@ -54,6 +58,7 @@ def machine_class(runner: str) -> type:
         "publisher": PublisherMachine,
         "stream": StreamMachine,
         "iceberg": IcebergSinkMachine,
+        "changes": ChangeStreamMachine,
     }[runner]
 
     class Machine(base):
@@ -82,7 +87,8 @@ def main() -> int:
         f"{SOAK_ENV['EOSFLOW_STATE_DIR']}",
         flush=True,
     )
-    _eosflow("stack", "up")
+    # Kafka Connect with Debezium only for the change streams' runner (its jars are fetched the first time).
+    _eosflow("stack", "up", *(["--with", "connect"] if "changes" in runners else []))
     violations = 0
     try:
         for runner in runners:

@@ -1,4 +1,4 @@
-"""The randomized schedules of issues 13 and 27, CI-sized: a few minutes of random steps per runner on the
+"""The randomized schedules of issues 13, 27 and 44, CI-sized: a few minutes of random steps per runner on the
 main stack.
 
 `make soak` runs the same machines for 1,000+ steps each on a stack of its own (tests/random/soak.py).
@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.random.change_stream import ChangeStreamMachine
 from tests.random.iceberg_sink import IcebergSinkMachine
 from tests.random.kafka_sink import KafkaSinkMachine
 from tests.random.machine import ScheduleMachine
@@ -86,3 +87,10 @@ def test_random_schedule_keeps_an_iceberg_tables_rows_equal_to_the_producers_mod
     concurrent runs, retention, re-created topics, compaction) read back by a PyIceberg scan: about a
     minute, each run being a Spark job."""
     run_machine(bind_machine(IcebergSinkMachine), examples=2, steps=20)
+
+
+def test_random_schedule_keeps_a_state_table_equal_to_its_source_table(bind_machine):
+    """2 source tables x 12 steps streamed by real Debezium (source transactions, ingests killed at every
+    fault point, retries, concurrent runs, replays, the Connect worker SIGKILLed) checked at quiescent points
+    against the source database itself: about two minutes, a connector and a verify each."""
+    run_machine(bind_machine(ChangeStreamMachine), examples=2, steps=12)
