@@ -68,7 +68,8 @@ bench: setup
 	$(BIN)/eosflow bench $(BENCH_ARGS)
 
 ## soak: the randomized schedules, 1,000+ steps (EOSFLOW_SOAK_STEPS) for each runner (batch, kafka, iceberg, publisher,
-## stream: EOSFLOW_SOAK_RUNNERS) on a stack of its own (.stack/soak, Kafka 19292/19293, Postgres 15632), stopped
+## stream, changes: EOSFLOW_SOAK_RUNNERS) on a stack of its own (.stack/soak, Kafka 19292/19293, Postgres 15632,
+## Connect 19283 for changes), stopped
 ## afterwards; reports in soak/results/<runner>.{md,json}, summed up in soak/results/latest.md
 soak: setup
 	$(BIN)/python -m tests.random.soak
