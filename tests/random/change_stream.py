@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
 from eosflow import pipelines as pipelines_mod
+from eosflow.errors import StackError
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.migrate import migrate
 from eosflow.runners import backfill_run, job
@@ -132,7 +133,10 @@ class ChangeStreamMachine(Bookkeeping):
         try:
             self.registered = True
             connect.register_postgres_source(s, self.connector, [self.table], f"rcs{self.uid}")
-            connect.wait_running(s, self.connector, timeout=120)
+            try:
+                connect.wait_running(s, self.connector, timeout=120)
+            except StackError as exc:
+                raise StackError(f"{exc}{_open_transactions(s)}") from None
             self._await_records("the snapshot")
         except BaseException:
             self._clean_up()  # Hypothesis tears down only the machines it made
@@ -156,7 +160,7 @@ class ChangeStreamMachine(Bookkeeping):
                 self.consumer.close()
         if self.registered:
             with contextlib.suppress(Exception):  # best effort: the shared worker keeps no debris
-                connect.delete(self.settings, self.connector)
+                _delete_connector(self.settings, self.connector)
         with contextlib.suppress(Exception), psycopg.connect(self.source, autocommit=True) as conn:
             conn.execute(f"drop table if exists {self.table}")
         if self._old_env is None:
@@ -529,6 +533,39 @@ class ChangeStreamMachine(Bookkeeping):
         if found:
             self._violation("invariants: " + "; ".join(f"{v.invariant}: {v.detail}" for v in found[:10]))
         self.stats.seconds[self._kind] += time.monotonic() - self._step_started
+
+
+def _delete_connector(settings, name: str) -> None:
+    """connect.delete; a slot still held (its creation waiting on a transaction open elsewhere in the
+    cluster, the walsender outliving its stopped task) is let go by ending that walsender, then dropped."""
+    try:
+        connect.delete(settings, name, timeout=30)
+    except StackError:
+        with psycopg.connect(
+            connect._admin_conninfo(settings, settings.source_database), autocommit=True
+        ) as conn:
+            conn.execute(
+                "select pg_terminate_backend(active_pid) from pg_replication_slots "
+                "where slot_name = %s and active_pid is not null",
+                (connect.slot_name(name),),
+            )
+        connect.delete(settings, name, timeout=30)
+
+
+def _open_transactions(settings) -> str:
+    """Why a connector may not start: creating its logical slot waits for every transaction open in the
+    cluster (any database) to end."""
+    with psycopg.connect(connect._admin_conninfo(settings), autocommit=True) as conn:
+        rows = conn.execute(
+            "select pid, datname, round(extract(epoch from now() - xact_start)), left(query, 80) "
+            "from pg_stat_activity "
+            "where xact_start < now() - interval '30 seconds' and backend_xid is not null"
+        ).fetchall()
+    if not rows:
+        return ""
+    return "; creating its replication slot waits for these transactions open in the cluster: " + "; ".join(
+        f"pid {p} in {d}, {int(age)} s: {q}" for p, d, age, q in rows
+    )
 
 
 class _Rollback(Exception):
