@@ -108,9 +108,18 @@ def test_an_envelope_is_debeziums_and_both_readers_take_it():
     assert deleted.op == "d" and deleted.after is None and deleted.before.id == 7
 
 
-def test_too_many_keys_for_the_mix_is_refused_with_the_most_allowed():
+def test_keys_the_mix_cannot_hold_are_refused_with_the_bound():
     with pytest.raises(ValueError, match="at most 200,000 keys"):
         change_load.plan_counts(1_000_000, 300_000)
+    # Re-inserts bring back deleted keys: never more of them than deletes (4M changes need 400k keys).
+    with pytest.raises(ValueError, match="at least 400,000 keys"):
+        change_load.plan_counts(4_000_000, 100_000)
+    assert change_load.plan_counts(4_000_000, 400_000) == {
+        "c": 400_000,
+        "u": 2_800_000,
+        "d": 400_000,
+        "re": 400_000,
+    }
 
 
 def test_the_merge_loop_imports_nothing_of_eosflows_own_path():

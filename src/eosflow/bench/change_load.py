@@ -75,7 +75,8 @@ class ChangeWorkload:
 
 
 def plan_counts(changes: int, keys: int) -> dict[str, int]:
-    """How many of each op: K inserts, 70% updates, 10% deletes, re-inserts the rest."""
+    """How many of each op: K inserts, 70% updates, 10% deletes, re-inserts the rest (so K is 10% to 20%
+    of the changes: 1M changes over 100k keys, 4M over 400k)."""
     if keys < 1 or changes < keys:
         raise ValueError(f"need 1 <= keys <= changes, got {keys:,} keys for {changes:,} changes")
     updates, deletes = round(changes * UPDATES), round(changes * DELETES)
@@ -83,7 +84,12 @@ def plan_counts(changes: int, keys: int) -> dict[str, int]:
     if reinserts < 0:
         raise ValueError(
             f"{keys:,} keys leave no room for 70% updates and 10% deletes in {changes:,} changes: "
-            f"use at most {int(changes * (1 - UPDATES - DELETES)):,} keys"
+            f"use at most {changes - updates - deletes:,} keys"
+        )
+    if reinserts > deletes:  # a re-insert brings back a deleted key: never more of them than deletes
+        raise ValueError(
+            f"{keys:,} keys leave {reinserts:,} re-inserts in {changes:,} changes, more than its "
+            f"{deletes:,} deletes: use at least {changes - updates - 2 * deletes:,} keys"
         )
     return {"c": keys, "u": updates, "d": deletes, "re": reinserts}
 
