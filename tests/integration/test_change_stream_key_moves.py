@@ -19,8 +19,6 @@ from eosflow.verify import verify_pipeline
 from tests.integration.test_change_streams import as_change_stream, state_of
 
 pytestmark = pytest.mark.integration
-# Until eosflow.sinks.postgres.state follows every key move (strict: a fix makes these pass, then drop it).
-ONE_MOVE_ONLY = pytest.mark.xfail(strict=True, reason="the state follows one primary-key move only")
 LONG = "x" * 5000  # what the source row holds out of line (TOAST); Debezium sends it with the insert only
 
 
@@ -68,7 +66,6 @@ def _ingest(case) -> None:
     assert case.ingest().outcome == "committed"
 
 
-@ONE_MOVE_ONLY
 @pytest.mark.parametrize("runs", ["one run", "a run per change"])
 def test_a_toasted_column_keeps_its_value_across_two_key_moves(case, runs):
     state = as_change_stream(case, max_value_bytes=1_000_000)
@@ -90,7 +87,6 @@ def test_a_toasted_column_keeps_its_value_across_two_key_moves(case, runs):
     assert result.ok, result.table()
 
 
-@ONE_MOVE_ONLY
 @pytest.mark.parametrize("runs", ["one run", "a run per change"])
 def test_a_toasted_column_keeps_its_value_when_a_moved_key_is_updated_in_another_column(case, runs):
     state = as_change_stream(case, max_value_bytes=1_000_000)

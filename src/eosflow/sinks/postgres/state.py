@@ -129,6 +129,7 @@ def apply(
     """Recompute the state of every key remembered (and of `ranges`' keys), and apply any truncate they
     hold; inside the commit's transaction, after the changelog holds the batch's rows."""
     ranges = list(ranges)
+    resolve_unchanged(conn, pipeline, ranges)
     remember_keys(conn, pipeline, ranges)
     schema = pipeline.schema
     key = schema.primary_key
@@ -155,8 +156,7 @@ def apply(
             ),
             params,
         )
-    types = {c.name: c.type.postgres for c in declared(schema)}
-    values = [_image_value(pipeline.target_table, name, key, types) for name in image]
+    values = [sql.SQL("l.{}").format(sql.Identifier(name)) for name in image]
     position = ["change_lsn", "change_ts", "kafka_topic", "kafka_partition", "kafka_offset", "batch_id"]
     target_cols = image + position + (["deleted_at"] if soft else [])
     selected = values + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
@@ -189,14 +189,12 @@ def apply(
         # own image when there was none) and the delete's position.
         first_key = sql.Identifier(key[0])
         kept = [
-            sql.SQL("case when i.{k} is null then l.{c} else {img} end").format(
-                k=first_key,
-                c=sql.Identifier(name),
-                img=_unchanged_case(pipeline.target_table, name, key, "i", types),
+            sql.SQL("case when i.{k} is null then l.{c} else i.{c} end").format(
+                k=first_key, c=sql.Identifier(n)
             )
-            if name not in key
-            else sql.SQL("l.{}").format(sql.Identifier(name))
-            for name in image
+            if n not in key
+            else sql.SQL("l.{}").format(sql.Identifier(n))
+            for n in image
         ]
         marked = kept + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
         marked.append(sql.SQL("coalesce(l.change_ts, l.kafka_timestamp, now())"))
@@ -240,48 +238,52 @@ def _last_changes(log: sql.Identifier, key: tuple[str, ...], ops: str) -> sql.Co
     )
 
 
-def _image_value(changelog: str, name: str, key: tuple[str, ...], types: dict[str, str]) -> sql.Composable:
-    """A column of the last change, or, where Debezium sent its TOAST placeholder, the value of the key's
-    latest earlier change that carried the column."""
-    if name in key:
-        return sql.SQL("l.{}").format(sql.Identifier(name))
-    return _unchanged_case(changelog, name, key, "l", types)
-
-
-def _unchanged_case(
-    changelog: str, name: str, key: tuple[str, ...], alias: str = "l", types: dict[str, str] | None = None
-) -> sql.Composable:
-    """The column of change `alias`, or where it carried the TOAST placeholder, the value of the latest
-    earlier change that carried it: of the same key, or of the old key a primary-key update moved the row
-    from (change_old_key)."""
-    column = sql.Identifier(name)
-    a = sql.SQL(alias)
-    same = sql.SQL(" and ").join(sql.SQL("p.{k} = {a}.{k}").format(k=sql.Identifier(k), a=a) for k in key)
+def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:
+    """Fill the changelog rows of `ranges` whose columns Debezium sent its TOAST placeholder for
+    (change_unchanged) with the value the row had: that of the latest earlier change of the same key, or of
+    the old key a primary-key update moved the row from (change_old_key). Earlier batches' rows are filled
+    already; within the batch a chain of changes (a key moved twice, a moved key updated) is filled one link
+    per pass, until a pass fills nothing. The changelog then holds each change's whole row, and the state
+    takes it from there."""
+    schema = pipeline.schema
+    key = schema.primary_key
+    types = {c.name: c.type.postgres for c in declared(schema)}
+    log = _ident(pipeline.target_table)
+    same = sql.SQL(" and ").join(sql.SQL("p.{k} = l.{k}").format(k=sql.Identifier(k)) for k in key)
     old = sql.SQL(" and ").join(
-        sql.SQL("p.{k} = ({a}.change_old_key ->> {name})::{t}").format(
-            k=sql.Identifier(k), a=a, name=sql.Literal(k), t=sql.SQL((types or {}).get(k, "text"))
+        sql.SQL("p.{k} = (l.change_old_key ->> {name})::{t}").format(
+            k=sql.Identifier(k), name=sql.Literal(k), t=sql.SQL(types[k])
         )
         for k in key
     )
-    same_key = sql.SQL("(({same}) or ({a}.change_old_key is not null and {old}))").format(
-        same=same, a=a, old=old
-    )
-    return sql.SQL(
-        "case when {name} = any(coalesce({a}.change_unchanged, '{{}}'::text[])) "
-        "then (select p.{c} from {log} p where {same_key} and p.change_op in ('c', 'r', 'u') "
-        "and not ({name} = any(coalesce(p.change_unchanged, '{{}}'::text[]))) "
-        "and ({p_order}) < ({l_order}) order by {p_latest} limit 1) "
-        "else {a}.{c} end"
+    earlier = sql.SQL(
+        "from {log} p where (({same}) or (l.change_old_key is not null and {old})) "
+        "and p.change_op in ('c', 'r', 'u') and ({p_order}) < ({l_order}) order by {p_latest} limit 1"
     ).format(
-        a=a,
-        name=sql.Literal(name),
-        c=column,
-        log=_ident(changelog),
-        same_key=same_key,
-        p_order=_order("p"),
-        l_order=_order(alias),
-        p_latest=_latest_first("p"),
+        log=log, same=same, old=old, p_order=_order("p"), l_order=_order("l"), p_latest=_latest_first("p")
     )
+    held = [r for r in ranges if not r.empty]
+    if not held:
+        return
+    in_ranges = sql.SQL(" or ").join(
+        sql.SQL(
+            "(l.kafka_topic = {} and l.kafka_partition = {} and l.kafka_offset >= {} and l.kafka_offset < {})"
+        ).format(sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.start), sql.Literal(r.end))
+        for r in held
+    )
+    for c in declared(schema):
+        if c.name in key:
+            continue
+        column = sql.Identifier(c.name)
+        statement = sql.SQL(
+            "update {log} t set {c} = r.value from (select l.kafka_topic, l.kafka_partition, l.kafka_offset, "
+            "(select p.{c} {earlier}) as value from {log} l where ({in_ranges}) "
+            "and {name} = any(l.change_unchanged) and l.{c} is null) r "
+            "where (t.kafka_topic, t.kafka_partition, t.kafka_offset) = "
+            "(r.kafka_topic, r.kafka_partition, r.kafka_offset) and r.value is not null"
+        ).format(log=log, c=column, earlier=earlier, in_ranges=in_ranges, name=sql.Literal(c.name))
+        while conn.execute(statement).rowcount:
+            pass
 
 
 def _latest_truncate(conn: psycopg.Connection, log: sql.Identifier) -> tuple[int, int, int] | None:
