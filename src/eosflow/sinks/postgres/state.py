@@ -271,6 +271,13 @@ def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iter
         ).format(sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.start), sql.Literal(r.end))
         for r in held
     )
+    (placeholders,) = conn.execute(
+        sql.SQL(
+            "select exists (select from {log} l where ({in_ranges}) and l.change_unchanged is not null)"
+        ).format(log=log, in_ranges=in_ranges)
+    ).fetchone()
+    if not placeholders:  # the common batch: nothing to fill, one scan instead of one per column
+        return
     for c in declared(schema):
         if c.name in key:
             continue
