@@ -321,7 +321,7 @@ def markdown(outcome: ChangeOutcome, header: str) -> str:
         ]
     for m in ("eosflow-changes", "eosflow-append"):
         if m in by:
-            lines += ["", f"## Where {SHORT[m]}'s time goes", "", *_steps(by[m])]
+            lines += ["", f"## Where the time goes: {SHORT[m]}", "", *_steps(by[m])]
     if "merge-loop" in by:
         d = by["merge-loop"].detail
         lines += [
@@ -410,14 +410,15 @@ def _chart(path: Path, results: list[Result]) -> Path:
     ax.margins(x=0.5)
     if eos is not None:
         ax2 = axes[0][1]
-        left = 0.0
+        left = commit_at = 0.0
         for name, seconds in eos.detail.items():
             if name in ("written", "rejected", APPLY):
                 continue
+            commit_at = left if name == "commit" else commit_at
             ax2.barh(["eosflow changes"], [seconds], left=left, label=f"{name} {seconds:.1f}s")
             left += seconds
-        if APPLY in eos.detail:
-            ax2.barh(["of the commit"], [eos.detail[APPLY]], color="#8c8c8c",
+        if APPLY in eos.detail:  # under the commit it is part of
+            ax2.barh(["of the commit"], [eos.detail[APPLY]], left=commit_at, color="#8c8c8c",
                      label=f"state apply {eos.detail[APPLY]:.1f}s")  # fmt: skip
         ax2.set_xlabel("seconds")
         ax2.set_title("eosflow changes, step by step")
