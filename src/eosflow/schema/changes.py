@@ -32,6 +32,7 @@ PLACEHOLDER = "__debezium_unavailable_value"
 _PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_LSN = 2**63 - 1
+_EXACT_JSON = json.JSONDecoder(parse_float=Decimal)
 
 Result = tuple[str | None, list | None]
 
@@ -255,7 +256,9 @@ def _form(declared: str, value: object) -> object:
         return number if number.is_finite() else value
     if declared == "jsonb" and t is str:
         try:
-            return json.loads(value, parse_float=Decimal)
+            return _EXACT_JSON.decode(
+                value
+            )  # one decoder for all: json.loads(parse_float=) builds one a call
         except ValueError:
             return value
     if declared == "date" and t is int:

@@ -73,7 +73,7 @@ def _commit_exactly_once(
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
         if kept := state.of(pipeline):  # a change stream: its keys' rows recomputed from the changelog
             started = time.monotonic()
-            state.apply(conn, pipeline, *kept, plan.nonempty)
+            state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
             print(f"eosflow: state apply: {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)

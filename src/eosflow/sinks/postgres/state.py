@@ -20,6 +20,7 @@ from eosflow.pipelines import Pipeline
 from eosflow.schema.changes import declared
 
 KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
+LAST = "_eosflow_state_last"  # their last changes, likewise
 IMAGE_OPS = ("c", "r", "u")
 KEYED_OPS = ("c", "r", "u", "d")
 # A change's place in the source's order, comparable as a row value (a missing LSN lowest).
@@ -124,10 +125,20 @@ def remember_keys(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable
 
 
 def apply(
-    conn: psycopg.Connection, pipeline: Pipeline, state_table: str, soft: bool, ranges: Iterable[OffsetRange]
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    state_table: str,
+    soft: bool,
+    ranges: Iterable[OffsetRange],
+    incremental: bool = False,
 ) -> None:
     """Recompute the state of every key remembered (and of `ranges`' keys), and apply any truncate they
-    hold; inside the commit's transaction, after the changelog holds the batch's rows."""
+    hold; inside the commit's transaction, after the changelog holds the batch's rows.
+
+    incremental (a normal commit, not a replay): a key the state table holds has its last change in the
+    state row already (S1), so its last change now is the later of that and the batch's own last change,
+    and only keys the state table lacks (new, or deleted: their history may hold a newer delete) are
+    recomputed from their whole history. A replay rewrites history and recomputes every key it touched."""
     ranges = list(ranges)
     resolve_unchanged(conn, pipeline, ranges)
     remember_keys(conn, pipeline, ranges)
@@ -138,8 +149,18 @@ def apply(
     truncate = _latest_truncate(conn, log)
     keys = sql.SQL(", ").join(map(sql.Identifier, key))
     on_key = sql.SQL(" and ").join(sql.SQL("l.{k} = s.{k}").format(k=sql.Identifier(k)) for k in key)
-    # The last change of each remembered key, over all of its changes in the changelog.
-    last, last_image = _last_changes(log, key, "ops"), _last_changes(log, key, "image_ops")
+    # The last change of each remembered key, over all of its changes in the changelog: computed once (a
+    # sort of every touched key's history), read by the delete and the upsert.
+    conn.execute(sql.SQL("drop table if exists {}").format(sql.Identifier(LAST)))
+    last_of = (
+        _last_changes(log, key, "ops") if not incremental else _last_changes_since(log, state, key, ranges)
+    )
+    conn.execute(
+        sql.SQL("create temporary table {} on commit drop as {}").format(sql.Identifier(LAST), last_of),
+        {"ops": list(KEYED_OPS)},
+    )
+    last = sql.SQL("select * from {}").format(sql.Identifier(LAST))
+    last_image = _last_changes(log, key, "image_ops")
     older = (
         sql.SQL("false")
         if truncate is None
@@ -236,6 +257,47 @@ def _last_changes(log: sql.Identifier, key: tuple[str, ...], ops: str) -> sql.Co
         ops=sql.Placeholder(ops),
         order=_latest_first("c"),
     )
+
+
+def _last_changes_since(
+    log: sql.Identifier, state: sql.Identifier, key: tuple[str, ...], ranges: list[OffsetRange]
+) -> sql.Composable:
+    """The last changes of a normal commit's keys: for a key the state table holds, the batch's own last
+    change if it is later than the state row's (else none: nothing changes); for a key it lacks, the last
+    of its whole history."""
+    keys = sql.SQL(", ").join(map(sql.Identifier, key))
+    on_key = sql.SQL(" and ").join(sql.SQL("b.{k} = s.{k}").format(k=sql.Identifier(k)) for k in key)
+    held = [r for r in ranges if not r.empty]
+    if not held:
+        return sql.SQL("select * from {} where false").format(log)
+    in_ranges = sql.SQL(" or ").join(
+        sql.SQL(
+            "(c.kafka_topic = {} and c.kafka_partition = {} and c.kafka_offset >= {} and c.kafka_offset < {})"
+        ).format(sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.start), sql.Literal(r.end))
+        for r in held
+    )
+    batch = sql.SQL(
+        "select distinct on ({keys}) c.* from {log} c where ({in_ranges}) and c.change_op = any({ops}) "
+        "order by {keys}, {order}"
+    ).format(keys=keys, log=log, in_ranges=in_ranges, ops=sql.Placeholder("ops"), order=_latest_first("c"))
+    lacking = sql.SQL(
+        "select distinct on ({keys}) c.* from {log} c join (select distinct {keys} from {remembered} r where "
+        "not exists (select from {state} s where {on_r})) k using ({keys}) where c.change_op = any({ops}) "
+        "order by {keys}, {order}"
+    ).format(
+        keys=keys,
+        log=log,
+        remembered=sql.Identifier(KEYS),
+        state=state,
+        on_r=sql.SQL(" and ").join(sql.SQL("r.{k} = s.{k}").format(k=sql.Identifier(k)) for k in key),
+        ops=sql.Placeholder("ops"),
+        order=_latest_first("c"),
+    )
+    return sql.SQL(
+        "(select b.* from ({batch}) b join {state} s on {on_key} "
+        "where ({b_order}) > (coalesce(s.change_lsn, -1), s.kafka_partition, s.kafka_offset)) "
+        "union all ({lacking})"
+    ).format(batch=batch, state=state, on_key=on_key, b_order=_order("b"), lacking=lacking)
 
 
 def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:
