@@ -332,7 +332,12 @@ class ChangeStreamMachine(Bookkeeping):
     def replay(self, a: float, b: float, chunk_size: int) -> None:
         """Re-read a committed range of the changelog: every state row and changelog row stays as it was."""
         self._begin("replay backfill")
-        offsets = [r[0] for r in self._warehouse(f"select kafka_offset from {self.changelog} order by 1")]
+        exists = self._warehouse("select to_regclass(%s) is not null", self.changelog)[0][0]
+        offsets = (
+            [r[0] for r in self._warehouse(f"select kafka_offset from {self.changelog} order by 1")]
+            if exists
+            else []
+        )
         if not offsets:
             self._outcome("nothing committed yet")
             return
