@@ -61,7 +61,7 @@ def test_up_is_idempotent_status_reports_health_and_down_stops_it(private_env):
     assert "formatting kafka storage" in first.stderr and "creating the warehouse cluster" in first.stderr
     pids = _pids(first.stdout)
     # The optional servers are listed, not started: a bare `up` never starts them.
-    assert pids.pop("iceberg-rest") == pids.pop("s3") == "-"
+    assert pids.pop("iceberg-rest") == pids.pop("s3") == pids.pop("connect") == "-"
     assert set(pids) == {"kafka", "postgres", "registry"} and "-" not in pids.values()
 
     second = _stack(env, "up")
