@@ -134,3 +134,16 @@ def airflow_db():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return _TEST_AIRFLOW_HOME
+
+
+@pytest.fixture(autouse=True)
+def _eosflow_environment_unchanged():
+    """A test that changes an EOSFLOW_* setting in this process without restoring it (monkeypatch restores
+    its own, and is undone before this runs) changes every later test on the same worker: the random
+    Iceberg schedule's compact once left EOSFLOW_ICEBERG_ORPHAN_HOURS at a second, and a later test's
+    compact removed a fenced run's files it expected to keep."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
+    yield
+    after = {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"this test left EOSFLOW_* settings changed for the tests after it: {changed}"

@@ -61,16 +61,18 @@ class IcebergSinkMachine(ScheduleMachine):
     def compact(self) -> None:
         """eosflow compact between two steps: the same records and positions afterwards."""
         import os
+        from unittest import mock
 
         import psycopg
 
         self._begin("compact")
         before = self._settled_footprint()
         declared = pipelines_mod.load(self.settings, self.pipe.name, self.pipelines_file)
-        os.environ["EOSFLOW_ICEBERG_SNAPSHOT_HOURS"] = "0"  # expire all but the current snapshot
-        os.environ["EOSFLOW_ICEBERG_ORPHAN_HOURS"] = "0.0003"  # files older than about a second
+        # Expire all but the current snapshot and remove files older than about a second: for this
+        # compact only (left in os.environ, it changed the compacts of later tests on this worker).
+        ages = {"EOSFLOW_ICEBERG_SNAPSHOT_HOURS": "0", "EOSFLOW_ICEBERG_ORPHAN_HOURS": "0.0003"}
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with mock.patch.dict(os.environ, ages), psycopg.connect(self.dsn, autocommit=True) as conn:
                 done = declared.sink.compact(conn, declared, 50, lambda m: None)
         except Exception as exc:  # noqa: BLE001 - no table yet is fine; anything else is a finding
             if "does not exist" in str(exc):
