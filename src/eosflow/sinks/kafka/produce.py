@@ -196,8 +196,10 @@ class RangeTransaction:
         self.hi: int | None = None
         self.source = part.range.topic.encode(), str(part.range.partition).encode()
 
-    def open(self) -> tuple[str | None, str]:
-        """Fence earlier holders, then decide from the committed offset; begins the transaction to go on."""
+    def open(self, before: Callable[[], None] | None = None) -> tuple[str | None, str]:
+        """Fence earlier holders, then decide from the committed offset; begins the transaction to go on.
+        before: run once the decision is to go on, before the transaction begins (a change stream's
+        restore of its output partition: state.py)."""
         from confluent_kafka import TopicPartition
 
         if self.transactional:
@@ -209,21 +211,35 @@ class RangeTransaction:
         if outcome == ALREADY_COMMITTED:  # the counts the committing attempt recorded with its offsets
             meta = parse_metadata(tp.metadata)
             self.read, self.written, self.rejected = (meta.get(k, 0) for k in ("read", "written", "rejected"))
+        if outcome is None and before is not None:
+            before()
         if outcome is None and self.transactional:
             self.producer.begin_transaction()
             self.began = time.monotonic()
         return outcome, why
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, offset: int, error: str | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        offset: int,
+        error: str | None = None,
+        extra: Sequence[tuple[str, bytes]] = (),
+        partition: int | None = None,
     ) -> bool:
         """One record into the transaction. A record above message.max.bytes would fail the task on every
         retry: an output record becomes a dead letter saying so, a dead letter loses its value (its source
-        coordinates still name it). Returns whether it went to `topic` as asked."""
+        coordinates still name it). Returns whether it went to `topic` as asked.
+
+        extra: headers after the source coordinates; partition: the output partition (a change stream's,
+        the source partition's number), only for `topic` as asked (a dead letter goes where Kafka puts it).
+        """
         headers = [
             (SOURCE_TOPIC, self.source[0]),
             (SOURCE_PARTITION, self.source[1]),
             (SOURCE_OFFSET, str(offset).encode()),
+            *extra,
         ]
         as_asked = True
         keyless = self.limit.keyless_refused(topic) if key is None and error is None else None
@@ -243,6 +259,7 @@ class RangeTransaction:
             value = None
         if error is not None:
             headers.append((ERROR_HEADER, error.encode()))
+        where = {"partition": partition} if as_asked and partition is not None else {}
         if self.fatal is not None:
             return as_asked  # nothing more can commit: commit() says why
         # Inside a transaction a failed delivery fails commit_transaction, naming the cause; and no
@@ -251,7 +268,9 @@ class RangeTransaction:
         report = None if self.transactional else functools.partial(self.delivered, topic)
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+                self.producer.produce(
+                    topic, value=value, key=key, headers=headers, on_delivery=report, **where
+                )
                 return as_asked
             except BufferError:  # the local queue is full: let deliveries drain, then retry
                 self.poll(0.1)
@@ -391,13 +410,16 @@ def range_producer(
     parts = {(p.range.topic, p.range.partition): p for p in plan.partitions}
     sink, name, delivery, batch_id = pipeline.sink, pipeline.name, pipeline.delivery, plan.batch_id
     names = [c.name for c in pipeline.schema.columns]
+    image_encode = encode  # a change stream's values are its row images (None: JSON of them)
     encode = encode or functools.partial(json_value, names)
     key_index = names.index(sink.key_column) if sink.key_column else None
+    changes = pipeline.schema.changes is not None
 
     def write(batches: Iterator) -> Iterator:
         import pyarrow as pa
 
         txn = None
+        state = None
         result: RangeOutcome | None = None
         try:
             for batch in batches:
@@ -406,7 +428,11 @@ def range_producer(
                 if txn is None:
                     key = (batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py())
                     txn = RangeTransaction(kafka, name, delivery, sink, parts[key], batch_id, limit)
-                    outcome, why = txn.open()
+                    before = None
+                    if changes:  # the output partition's last record per key, before anything is produced
+                        state = change_state(pipeline, image_encode)
+                        before = functools.partial(restore_state, kafka, sink.output_topic, key[1], state)
+                    outcome, why = txn.open(before)
                     if outcome is not None:
                         result = txn.outcome(outcome, why)
                         continue
@@ -414,6 +440,11 @@ def range_producer(
                 keys = batch.column("key").to_pylist()
                 values = batch.column("value").to_pylist()
                 offsets = batch.column("offset").to_pylist()
+                if state is not None:
+                    written = produce_changes(txn, state, sink, results, keys, values, offsets)
+                    txn.count(offsets, written, len(offsets) - written)
+                    txn.poll()
+                    continue
                 written = 0
                 for i, (error, typed) in enumerate(results):
                     if error is None:
@@ -447,6 +478,54 @@ def range_producer(
         )
 
     return write
+
+
+def change_state(pipeline: Pipeline, encode: Callable[[Sequence[object]], bytes] | None):
+    from eosflow.sinks.kafka.state import PartitionState
+
+    return PartitionState(pipeline.schema, encode, json_output=pipeline.sink.output_format == "json")
+
+
+def restore_state(kafka: Mapping[str, str], topic: str, partition: int, state) -> None:
+    import sys
+
+    from eosflow.sinks.kafka.restore import restore
+
+    read, took = restore(kafka, topic, partition, state)
+    print(
+        f"eosflow: restored {topic}[{partition}]: {len(state.keys):,} keys from {read:,} records in "
+        f"{took:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def produce_changes(
+    txn: RangeTransaction, state, sink: Output, results, keys: list, values: list, offsets: list
+) -> int:
+    """A change stream's checked records, in the range's order (state.PartitionState decides each); returns
+    how many count as written (Debezium's own tombstones among them, which produce nothing)."""
+    from eosflow.sinks.kafka.state import Produce, Reject
+
+    partition = int(txn.source[1])
+    written = 0
+    for i, (error, typed) in enumerate(results):
+        action = None
+        if error is None:
+            action = state.apply(typed, partition, offsets[i])
+            if isinstance(action, Reject):
+                error = action.reason
+        if error is not None:
+            txn.produce(sink.dead_letter_topic, keys[i], values[i], offsets[i], error)
+        elif isinstance(action, Produce):
+            if txn.produce(
+                sink.output_topic, action.key, action.value, offsets[i], None, action.headers, partition
+            ):
+                state.produced(action)
+                written += 1
+        else:  # Debezium's tombstone: it changes nothing
+            written += 1
+    return written
 
 
 def _row(o: RangeOutcome) -> dict:

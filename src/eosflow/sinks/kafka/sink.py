@@ -41,6 +41,8 @@ class KafkaSink(Sink):
     )
     truth: ClassVar[str] = "kafka"
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.kafka.produce",)
+    # A change stream's state is its compacted output topic (state.py; DESIGN "State in Kafka").
+    keeps_state: ClassVar[bool] = True
 
     output_topic: str
     dead_letter_topic: str  # rejected records, in the same transaction as the output
@@ -71,6 +73,8 @@ class KafkaSink(Sink):
                 f"{where}: output_key {key_column!r} is not a declared column; one of "
                 f"{[c.name for c in schema.columns]}, or leave it out to keep each source record's key"
             )
+        if schema.changes is not None:
+            _refuse_for_changes(spec, schema, key_column, where)
         timeout = whole_number(
             spec,
             "transaction_timeout_ms",
@@ -155,7 +159,12 @@ class KafkaSink(Sink):
             from eosflow.schema.avro_out import register_output
         else:
             from eosflow.schema.protobuf_out import register_output
-        return register_output(settings.registry, pipeline.name, pipeline.schema, self.output_topic)
+        schema = pipeline.schema
+        if schema.changes is not None:  # the values are row images: the declared columns alone
+            from eosflow.sinks.kafka.state import image_schema
+
+            schema = image_schema(schema)
+        return register_output(settings.registry, pipeline.name, schema, self.output_topic)
 
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.sinks.kafka import ledger_mirror
@@ -178,6 +187,10 @@ class KafkaSink(Sink):
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         """No table to build models on: Kafka is read back instead."""
+        if pipeline.schema.changes is not None:
+            from eosflow.sinks.kafka.verify_state import verify_state_topic
+
+            return verify_state_topic(settings, pipeline)
         from eosflow.sinks.kafka.verify import verify_kafka_sink
 
         return verify_kafka_sink(settings, pipeline)
@@ -194,3 +207,24 @@ class KafkaSink(Sink):
     def compact(self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log):
         log(f"{pipeline.name}: writes to Kafka, no table to compact")
         return None
+
+
+def _refuse_for_changes(
+    spec: Mapping[str, Any], schema: RecordSchema, key_column: str | None, where: str
+) -> None:
+    """A change stream's output topic is its state: keyed by the primary key, one partition per source
+    partition of the same number, written by one transaction at a time (DESIGN "State in Kafka")."""
+    if key_column is not None:
+        raise PipelineConfigError(
+            f"{where}: output_key {key_column!r} with changes: {schema.changes}: the output topic of a "
+            f"change stream is keyed by its primary key {list(schema.primary_key)} (a JSON object of its "
+            "columns, as Debezium keys its topics), so compaction keeps each row's last change; "
+            "remove output_key"
+        )
+    if len(spec["topics"]) > 1:
+        raise PipelineConfigError(
+            f"{where}: changes: {schema.changes} into sink: kafka reads one topic (a table's), not "
+            f"{len(spec['topics'])}: the ranges of two topics' partitions of one number would write one "
+            "output partition in two transactions, and neither would see the other's records before "
+            "producing; declare a pipeline per topic, each with its own output_topic"
+        )

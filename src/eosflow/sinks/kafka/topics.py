@@ -25,13 +25,57 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     source = metadata.topics.get(pipeline.topic)
     partitions = len(source.partitions) if source is not None and source.partitions else 1
     sink = pipeline.sink
+    changes = pipeline.schema.changes is not None
     missing = [t for t in (sink.output_topic, sink.dead_letter_topic) if t not in metadata.topics]
     if missing:
         from confluent_kafka.admin import NewTopic
 
         # As many partitions as the source; replication -1: the cluster's default.replication.factor.
-        create_topics(client, [NewTopic(t, partitions, -1) for t in missing], log)
-    topic_limits(kafka, [sink.dead_letter_topic]).refuse_a_compacted_dead_letter_topic(sink.dead_letter_topic)
+        # A change stream's output is its state: compacted, each key's last record kept.
+        create_topics(
+            client,
+            [
+                NewTopic(t, partitions, -1, config=_COMPACT if changes and t == sink.output_topic else {})
+                for t in missing
+            ],
+            log,
+        )
+    limits = topic_limits(kafka, [sink.output_topic, sink.dead_letter_topic])
+    limits.refuse_a_compacted_dead_letter_topic(sink.dead_letter_topic)
+    if changes:
+        output = client.list_topics(sink.output_topic, timeout=_TIMEOUT_S).topics[sink.output_topic]
+        refuse_unfit_state_topic(
+            pipeline, sink.output_topic in limits.compacted, len(output.partitions), partitions
+        )
+
+
+_COMPACT = {"cleanup.policy": "compact"}
+
+
+class StateTopicError(PipelineConfigError):
+    """A change stream's existing output topic cannot hold its state."""
+
+
+def refuse_unfit_state_topic(
+    pipeline: Pipeline, compacted: bool, output_partitions: int, source_partitions: int
+) -> None:
+    """Before anything is written: the output topic compacts (else it keeps every change forever and is
+    no state), and has a partition for every source partition (a change goes to its source's number)."""
+    topic = pipeline.sink.output_topic
+    if not compacted:
+        raise StateTopicError(
+            f"pipeline {pipeline.name!r} keeps a change stream's state in {topic}, which does not compact "
+            "(its cleanup.policy has no compact): set it (kafka-configs --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact), or name a new output_topic, "
+            "which eosflow creates compacted"
+        )
+    if output_partitions < source_partitions:
+        raise StateTopicError(
+            f"pipeline {pipeline.name!r}: output topic {topic} has {output_partitions} partition(s) and its "
+            f"source {pipeline.topic} has {source_partitions}: each source partition's changes go to the "
+            "output partition of the same number; add partitions to the output topic (kafka-topics --alter "
+            f"--partitions {source_partitions}), or name a new output_topic"
+        )
 
 
 def check_transaction_timeout(client, pipeline: Pipeline) -> None:
