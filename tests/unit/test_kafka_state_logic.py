@@ -124,9 +124,9 @@ def test_restore_keeps_each_keys_last_record_and_its_last_row(parts):
         ]
     )
     assert read == 4
-    held = state.keys[k]
+    held = state.held(k)
     assert (held.position, held.value, held.image) == ((20, 0, 1), None, row)
-    assert state.keys[b'{"tenant":"t1","id":2}'].position == LOWEST
+    assert state.held(b'{"tenant":"t1","id":2}').position == LOWEST
 
 
 def test_an_unchanged_toast_column_is_filled_from_the_restored_record_byte_for_byte(parts):

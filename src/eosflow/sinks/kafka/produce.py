@@ -493,7 +493,7 @@ def restore_state(kafka: Mapping[str, str], topic: str, partition: int, state) -
 
     read, took = restore(kafka, topic, partition, state)
     print(
-        f"eosflow: restored {topic}[{partition}]: {len(state.keys):,} keys from {read:,} records in "
+        f"eosflow: restored {topic}[{partition}]: {len(state.restored):,} keys from {read:,} records in "
         f"{took:.2f} s",
         file=sys.stderr,
         flush=True,

@@ -122,7 +122,9 @@ class PartitionState:
         self.key_index = tuple(self.names.index(n) for n in self.key_names)
         self.encode = encode or self._json
         self.json_output = json_output
-        self.keys: dict[bytes, Held] = {}
+        self.keys: dict[bytes, Held] = {}  # produced by this run, or restored and asked for since
+        # Restored from the output partition: key -> (position header, last value, last non-null value).
+        self.restored: dict[bytes, tuple[bytes | None, bytes | None, bytes | None]] = {}
 
     def _json(self, typed: Sequence[object]) -> bytes:
         from eosflow.sinks.kafka.produce import json_value
@@ -141,21 +143,36 @@ class PartitionState:
     # --- the restore
 
     def restore(self, records: Iterable[tuple[bytes | None, bytes | None, Sequence | None]]) -> int:
-        """Each key's last record from (key, value, headers) in offset order; returns the records read."""
+        """Each key's last record from (key, value, headers) in offset order; returns the records read.
+        Positions stay the header's bytes until a change of the key asks (most keys never are)."""
         n = 0
-        keys = self.keys
+        restored = self.restored
         for key, value, headers in records:
             n += 1
             if key is None:
                 continue
-            position = None
-            for name, raw in headers or ():
-                if name == POSITION_HEADER:
-                    position = parse_position(raw)
-            held = keys.get(key)
-            image = value if value is not None else (held.image if held is not None else None)
-            keys[key] = Held(position or LOWEST, value, image)
+            raw = None
+            if headers:  # eosflow writes the position last: look there first
+                name, raw = headers[-1]
+                if name != POSITION_HEADER:
+                    raw = next((v for k, v in headers if k == POSITION_HEADER), None)
+            if value is None:
+                before = restored.get(key)
+                restored[key] = (raw, None, before[2] if before is not None else None)
+            else:
+                restored[key] = (raw, value, value)
         return n
+
+    def __len__(self) -> int:
+        return len(self.restored.keys() | self.keys.keys())
+
+    def held(self, key: bytes) -> Held | None:
+        """What `key` holds: what this run produced, else its restored record."""
+        held = self.keys.get(key)
+        if held is None and (found := self.restored.get(key)) is not None:
+            raw, value, image = found
+            held = self.keys[key] = Held(parse_position(raw) or LOWEST, value, image)
+        return held
 
     # --- a change
 
@@ -170,7 +187,7 @@ class PartitionState:
             return Reject(TRUNCATE_REJECTED)
         key = self.key_of(image)
         position = position_of(lsn, partition, offset)
-        held = self.keys.get(key)
+        held = self.held(key)
         if held is not None and not is_newer(position, held.position):
             return Reject(
                 f"superseded: change at position {position_text(position)} is not newer than the "
@@ -189,7 +206,7 @@ class PartitionState:
 
     def produced(self, record: Produce) -> None:
         """Remember what went to the output topic: the key's last record from now on."""
-        held = self.keys.get(record.key)
+        held = self.held(record.key)
         if record.value is None:
             image, kept = (held.image, held.typed) if held is not None else (None, None)
         else:
@@ -207,7 +224,7 @@ class PartitionState:
         """The image with the columns Debezium left out (TOAST, unchanged) taken from the row they belong
         to: the key's last image, or a moved key's old one (change_old_key), in this partition."""
         if old_key is not None:
-            source, whose = self.keys.get(self.old_key(old_key)), "its old key"
+            source, whose = self.held(self.old_key(old_key)), "its old key"
             if source is None or source.image is None:
                 return Reject(
                     f"unchanged TOAST column(s) {list(unchanged)} of a key moved from another partition "
