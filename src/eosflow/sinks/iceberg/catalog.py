@@ -50,25 +50,38 @@ def load(settings: Settings, name: str) -> Table:
         return config.load().load_table(name)
 
 
-def ensure_table(cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]], log) -> Table:
+def ensure_table(
+    cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]], log, key: tuple[str, ...] = ()
+) -> Table:
     """The table, made from the declaration (partitioned by day of the Kafka timestamp), or evolved:
     declared columns it lacks are added as optional ones; a table another writer changed so that eosflow's
-    files no longer fit (a column's type, a Kafka coordinate made optional, the partition spec) is refused."""
+    files no longer fit (a column's type, a Kafka coordinate made optional, the partition spec) is refused.
+
+    With a primary `key`, a change stream's state table (state.py): unpartitioned (its rows are keys, not
+    days; eosflow appends its rows through PyIceberg, so any spec another writer sets fits), the key's
+    columns required and the table's identifier fields."""
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import DayTransform
 
     namespace = name.split(".")[0]
     cat.create_namespace_if_not_exists(namespace)
-    wanted = arrow_schema(columns)
+    wanted = arrow_schema(columns, key)
     try:
         table = cat.load_table(name)
     except NoSuchTableError:
         from pyiceberg.io.pyarrow import pyarrow_to_schema
+        from pyiceberg.schema import Schema
         from pyiceberg.table.name_mapping import MappedField, NameMapping
 
         mapping = NameMapping([MappedField(field_id=i + 1, names=[f.name]) for i, f in enumerate(wanted)])
         schema = pyarrow_to_schema(wanted, name_mapping=mapping)
+        if key:
+            ids = [schema.find_field(k).field_id for k in key]
+            schema = Schema(*schema.fields, identifier_field_ids=ids)
+            table = cat.create_table(name, schema, properties=NO_RETRIES)
+            log(f"created Iceberg state table {name} at {table.location()}, identified by {', '.join(key)}")
+            return table
         source_id = schema.find_field("kafka_timestamp").field_id
         spec = PartitionSpec(
             PartitionField(source_id=source_id, field_id=1000, transform=DayTransform(), name=DAY_PARTITION)
@@ -76,7 +89,7 @@ def ensure_table(cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]]
         table = cat.create_table(name, schema, partition_spec=spec, properties=NO_RETRIES)
         log(f"created Iceberg table {name} at {table.location()}, partitioned by day of kafka_timestamp")
         return table
-    _refuse_incompatible(table)
+    _refuse_incompatible(table, state=bool(key))
     _evolve(table, wanted, log)
     if table.properties.get("commit.retry.num-retries") != "0":
         with table.transaction() as tx:
@@ -86,9 +99,10 @@ def ensure_table(cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]]
     return table
 
 
-def _refuse_incompatible(table: Table) -> None:
+def _refuse_incompatible(table: Table, state: bool = False) -> None:
     """Before anything is written: the table still takes the files eosflow writes (required coordinates,
-    one file per day of kafka_timestamp, as add_files needs), else a refusal naming what changed."""
+    one file per day of kafka_timestamp, as add_files needs; a state table: any spec), else a refusal naming
+    what changed."""
     from pyiceberg.transforms import DayTransform
 
     name = ".".join(table.name())
@@ -106,7 +120,7 @@ def _refuse_incompatible(table: Table) -> None:
         if isinstance(f.transform, DayTransform)
         and table.schema().find_column_name(f.source_id) == "kafka_timestamp"
     ]
-    if len(spec.fields) != 1 or not ours:
+    if not state and (len(spec.fields) != 1 or not ours):
         problems.append(f"its partition spec is {spec} (eosflow writes one file per day(kafka_timestamp))")
     if problems:
         raise PipelineConfigError(
@@ -119,9 +133,11 @@ def _refuse_incompatible(table: Table) -> None:
 _REQUIRED = frozenset({"kafka_topic", "kafka_partition", "kafka_offset", "batch_id"})
 
 
-def arrow_schema(columns: list[tuple[str, pa.DataType]]) -> pa.Schema:
-    """The table's columns as the data files carry them: the Kafka coordinates and batch required."""
-    return pa.schema([pa.field(n, t, nullable=n not in _REQUIRED) for n, t in columns])
+def arrow_schema(columns: list[tuple[str, pa.DataType]], key: tuple[str, ...] = ()) -> pa.Schema:
+    """The table's columns as the data files carry them: the Kafka coordinates and batch required (and a
+    state table's primary key)."""
+    required = _REQUIRED | set(key)
+    return pa.schema([pa.field(n, t, nullable=n not in required) for n, t in columns])
 
 
 def _evolve(table: Table, wanted: pa.Schema, log) -> None:

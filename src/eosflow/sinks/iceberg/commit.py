@@ -34,6 +34,18 @@ Key = tuple[str, int]
 
 def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, RangeOutcome]:
     """Commit the plan's ranges into `table` (loaded by the caller); the outcome of each range."""
+    outcomes, going, properties = deciding(table, plan, written)
+    if not going:
+        return outcomes
+    files = [f for p in going for f in written.get(_key(p), Written()).data_files]
+    return outcomes | _transaction(table, plan, going, written, files, properties)
+
+
+def deciding(
+    table, plan: Plan, written: Mapping[Key, Written]
+) -> tuple[dict[Key, RangeOutcome], list[PartitionPlan], dict[str, str]]:
+    """Each planned range against the position the table holds: the outcomes of those that stop here
+    (already committed, FENCED), the ranges that go on, and their new position properties."""
     if table.properties.get("commit.retry.num-retries") != "0":
         raise RuntimeError(
             f"Iceberg table {'.'.join(table.name())}: commit.retry.num-retries is not 0, so a concurrent "
@@ -51,9 +63,6 @@ def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, Range
             going.append(part)
         else:
             outcomes[key] = RangeOutcome(*key, outcome, w.read, w.written, w.rejected, w.lo, w.hi, why)
-    if not going:
-        return outcomes
-    files = [f for p in going for f in written.get(_key(p), Written()).data_files]
     bodies = iceberg.position_bodies(table)
     properties: dict[str, str] = {}
     for part in going:
@@ -61,7 +70,7 @@ def commit(table, plan: Plan, written: Mapping[Key, Written]) -> dict[Key, Range
         done = SinkCommitted(part.range.end, plan.batch_id, w.read, w.written, w.rejected)
         body = iceberg.committed_body(bodies.get(_key(part)), done, w.rejected_files)
         properties |= iceberg.position_property(_key(part), body)
-    return outcomes | _transaction(table, plan, going, written, files, properties)
+    return outcomes, going, properties
 
 
 def commit_replay(
@@ -147,8 +156,10 @@ def _transaction(
     files,
     properties,
     deleted=(),
+    appended=None,
 ) -> dict[Key, RangeOutcome]:
-    """One Iceberg transaction: rows deleted, files added, positions set; FENCED if the table changed."""
+    """One Iceberg transaction: rows deleted, files (or an Arrow table of rows) added, positions set;
+    FENCED if the table changed."""
     from pyiceberg.exceptions import CommitFailedException
 
     summary = {"eosflow.batch-id": plan.batch_id, "eosflow.pipeline": plan.pipeline}
@@ -158,7 +169,9 @@ def _transaction(
                 tx.delete(where, snapshot_properties=summary)
             if files:
                 tx.add_files(files, snapshot_properties=summary)
-            else:
+            if appended is not None and appended.num_rows:
+                tx.append(appended, snapshot_properties=summary)
+            if not files and (appended is None or not appended.num_rows):
                 # No file to add (and a delete that matched no row makes no snapshot): an empty append
                 # still moves `main`, so the commit asserts the snapshot it started from, as a REST
                 # catalog checks it, and a race with it is fenced.

@@ -56,10 +56,12 @@ class Written:
 
 
 def range_writer(
-    location: str, io_properties: Mapping[str, str], batch_id: str, check: BatchCheck
+    location: str, io_properties: Mapping[str, str], batch_id: str, check: BatchCheck, folder: str = "data"
 ) -> Callable[[Iterator], Iterator]:
     """The function each Spark task runs over its Arrow batches (mapInArrow); `io_properties` make the
-    table's FileIO in the task (storage.py: the store's endpoint and credentials, never logged)."""
+    table's FileIO in the task (storage.py: the store's endpoint and credentials, never logged). The valid
+    rows go under `folder`: data/ for files the commit adds, eosflow-changes/ for a change stream's
+    staged changes (read by the commit, never added)."""
     properties = dict(io_properties)
     valid = arrow_schema(valid_columns(check.schema))
     rejected = pa.schema(REJECTED_COLUMNS)
@@ -68,7 +70,7 @@ def range_writer(
         import pyarrow.compute as pc
 
         filesystem, root = storage.filesystem(properties, location)
-        writers = _Writers(filesystem, root, location, batch_id, check.pipeline)
+        writers = _Writers(filesystem, root, location, batch_id, check.pipeline, folder)
         try:
             for batch in batches:
                 if batch.num_rows == 0:
@@ -123,9 +125,11 @@ def _keys(checked: pa.RecordBatch) -> list[tuple[str, int]]:
 class _Writers:
     """Open Parquet writers of one task: per (topic, partition) one per day, and one for rejected rows."""
 
-    def __init__(self, filesystem, root: str, location: str, batch_id: str, pipeline: str) -> None:
+    def __init__(
+        self, filesystem, root: str, location: str, batch_id: str, pipeline: str, folder: str = "data"
+    ) -> None:
         self.fs, self.root, self.location, self.batch_id = filesystem, root, location, batch_id
-        self.pipeline = pipeline
+        self.pipeline, self.folder = pipeline, folder
         self.batch_part = name_part(batch_id)
         self.open: dict[tuple, object] = {}
         self.streams: list = []  # closed after their writers: the upload to an object store ends there
@@ -161,7 +165,7 @@ class _Writers:
         slot = (key, day)
         if slot not in self.open:
             topic, partition = key
-            folder = "data" if kind == "data" else f"eosflow-rejected/{self.batch_part}"
+            folder = self.folder if kind == "data" else f"eosflow-rejected/{self.batch_part}"
             parts = (self.batch_part, name_part(topic), partition, day or "none", self.task)
             name = f"{folder}/{'-'.join(map(str, parts))}.parquet"
             path = f"{self.root.rstrip('/')}/{name}"

@@ -134,19 +134,22 @@ def _as(data: pa.Table, wanted: pa.Schema) -> pa.Table:
 
 def _remove_unreferenced(table, older_than: datetime) -> int:
     """Files under data/ and eosflow-rejected/ that no snapshot (nor a position's last commit or replay)
-    names."""
+    names; a change stream's staged changes (eosflow-changes/: read by the commit, never added) and its
+    tombstone files but the current one (eosflow-deleted/)."""
     from pyarrow import fs
 
     from eosflow.sinks.iceberg import storage
     from eosflow.sinks.iceberg.catalog import rejected_files
+    from eosflow.sinks.iceberg.state import STAGED_FOLDER, TOMBSTONE_FOLDER, tombstone_file
 
     referenced = _every_snapshots_files(table)
     for kind in ("data", "replay"):
         referenced |= {f for files in rejected_files(table, kind).values() for f in files}
+    referenced |= {tombstone_file(table)} - {None}
     location = table.location().rstrip("/")
     filesystem, root = storage.filesystem(storage.io_properties(table), location)
     removed = 0
-    for folder in ("data", "eosflow-rejected"):
+    for folder in ("data", "eosflow-rejected", STAGED_FOLDER, TOMBSTONE_FOLDER):
         selector = fs.FileSelector(f"{root.rstrip('/')}/{folder}", recursive=True, allow_not_found=True)
         for info in filesystem.get_file_info(selector):
             if info.type != fs.FileType.File:

@@ -28,11 +28,14 @@ class IcebergSink(Sink):
     """Where a `sink: iceberg` pipeline writes: one Iceberg commit per run, positions in the table."""
 
     kind: ClassVar[str] = "iceberg"
-    keys: ClassVar[frozenset[str]] = frozenset({"table"})
+    keys: ClassVar[frozenset[str]] = frozenset({"table", "deletes"})
     truth: ClassVar[str] = "iceberg"
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.iceberg.files",)
+    # With changes: the table is the state, one row per primary key (state.py).
+    keeps_state: ClassVar[bool] = True
 
     iceberg_table: str  # namespace.name in the catalog
+    deletes: str = "hard"  # a change stream's: hard (a deleted key's row goes) or soft (stays, deleted_at)
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> IcebergSink:
@@ -45,7 +48,20 @@ class IcebergSink(Sink):
             raise PipelineConfigError(
                 f"{where}: an iceberg sink delivers exactly_once only (its positions commit with its files)"
             )
-        return cls(table)
+        if schema.changes is None:
+            if "deletes" in spec:
+                raise PipelineConfigError(
+                    f"{where}: deletes says what a change stream's delete does to its state table; add "
+                    "changes: debezium (or keyed) and primary_key, or remove deletes"
+                )
+            return cls(table)
+        deletes = spec.get("deletes", "hard")
+        if deletes not in ("hard", "soft"):
+            raise PipelineConfigError(
+                f"{where}: deletes {deletes!r} must be hard (a deleted key's row is removed) or soft (it "
+                "stays, with deleted_at)"
+            )
+        return cls(table, deletes)
 
     @property
     def output(self) -> str:
@@ -65,7 +81,7 @@ class IcebergSink(Sink):
         """The table made (or evolved) from the declaration; the ledger caught up with the table."""
         from eosflow.ledger import mirror
         from eosflow.schema.arrow import valid_columns
-        from eosflow.sinks.iceberg import catalog, storage
+        from eosflow.sinks.iceberg import catalog, state, storage
         from eosflow.sinks.iceberg.config import CatalogConfig
         from eosflow.sinks.iceberg.reach import reaching
 
@@ -73,8 +89,12 @@ class IcebergSink(Sink):
         # not answer stops the run here, before a file is written (docs/DESIGN.md, "Refusals").
         config = CatalogConfig.of(settings)
         with reaching(config, f"preparing Iceberg table {self.iceberg_table}"):
-            columns = valid_columns(pipeline.schema)
-            table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log)
+            schema = pipeline.schema
+            if schema.changes is None:
+                columns, key = valid_columns(schema), ()
+            else:  # the table is the state: a row per key (state.py)
+                columns, key = state.columns(schema, self.deletes == "soft"), schema.primary_key
+            table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log, key)
             storage.probe(table)
         # The table is read only once reconcile has read the ledger: the table commits before the
         # ledger mirrors, so a table read after the ledger is never behind it, whatever another run
@@ -100,18 +120,21 @@ class IcebergSink(Sink):
     def write(self, conn: psycopg.Connection, run: Run) -> dict:
         """Each Spark task writes its range's files; the driver commits them all, with the positions, in
         one Iceberg commit. Returns each range's outcome (committed in the table when this returns)."""
-        from eosflow.sinks.iceberg import catalog, commit, files, storage
+        from eosflow.sinks.iceberg import catalog, commit, files, state, storage
         from eosflow.sinks.iceberg.config import CatalogConfig
         from eosflow.sinks.iceberg.reach import reaching
 
         plan = run.plan
+        schema = run.pipeline.schema
         written: dict[tuple[str, int], files.Written] = {}
         table = catalog.load(run.settings, self.iceberg_table)
         if plan.nonempty:
             run.check_topics_unchanged()
             properties = storage.io_properties(table)
             with run.read("read+transform+write files") as result:
-                write = files.range_writer(table.location(), properties, plan.batch_id, result.check)
+                # A change stream's tasks stage its checked changes; the commit applies them (state.py).
+                folder = "data" if schema.changes is None else state.STAGED_FOLDER
+                write = files.range_writer(table.location(), properties, plan.batch_id, result.check, folder)
                 rows = result.map_records(write, files.WRITTEN_SCHEMA).collect()
             for row in rows:
                 written.setdefault((row.kafka_topic, row.kafka_partition), files.Written()).add(row)
@@ -126,10 +149,12 @@ class IcebergSink(Sink):
         with run.time("iceberg commit"), reaching(config, f"committing to {self.iceberg_table}", after):
             if plan.kind == "replay":
                 outcomes = commit.commit_replay(table, plan, written, self._committed_in(conn, run, table))
+            elif schema.changes is not None:
+                outcomes = state.commit(table, plan, written, schema, self.deletes == "soft", run.log)
             else:
                 outcomes = commit.commit(table, plan, written)
         run.log(
-            f"wrote {sum(w.written for w in written.values()):,} rows in "
+            f"{'staged' if schema.changes else 'wrote'} {sum(w.written for w in written.values()):,} rows in "
             f"{sum(len(w.data_files) for w in written.values())} files and "
             f"{sum(w.rejected for w in written.values()):,} rejected; one Iceberg commit to "
             f"{self.iceberg_table}: "
@@ -157,6 +182,19 @@ class IcebergSink(Sink):
 
         return count
 
+    def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
+        """A state table keeps no changelog: a replay has nothing to rebuild a range's state from."""
+        if mode == "replay" and pipeline.schema.changes is not None:
+            from eosflow.ledger.backfill import BackfillError
+
+            raise BackfillError(
+                f"pipeline {pipeline.name!r} keeps a change stream's state in Iceberg table "
+                f"{self.iceberg_table}, which holds each key's last change and no changelog: a replay has "
+                "no history to rebuild a range's rows from, so it is refused. Nothing was planned. Catch-up "
+                "backfills are fine; to re-derive the state, point a new pipeline at a new table and "
+                "read the topic from its start"
+            )
+
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.ledger import mirror
 
@@ -182,6 +220,10 @@ class IcebergSink(Sink):
         return maintenance.compact(load_table(load(), self.iceberg_table), target_rows)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
+        if pipeline.schema.changes is not None:
+            from eosflow.sinks.iceberg.verify_state import verify_state_table
+
+            return verify_state_table(settings, pipeline, self.iceberg_table, self.deletes == "soft")
         from eosflow.sinks.iceberg.verify import verify_iceberg_sink
 
         return verify_iceberg_sink(settings, pipeline, self.iceberg_table)

@@ -1,0 +1,558 @@
+"""A change stream's state in an Iceberg table (`sink: iceberg` with `changes:`): the table is the state.
+
+One row per primary key: the declared columns of the key's last applied change, its op, source position
+(`change_lsn`) and time (`change_ts`), its Kafka coordinates and batch, and `deleted_at` for soft deletes.
+There is no changelog (Iceberg commits one table at a time, and the positions live in this one); the table's
+snapshots are its history. docs/DESIGN.md, "State in Iceberg".
+
+The run's Spark tasks stage the checked changes as Parquet files (files.py, under eosflow-changes/, never
+added to the table). The driver, at commit:
+1. reads them and reduces them to each key's last change by (change_lsn, kafka_partition, kafka_offset),
+   a missing LSN lowest (pyarrow: one sort, one group-by);
+2. reads the rows the table holds for those keys (one PyIceberg scan, an In or Or-of-And filter on the
+   key), and, for keys without a row, the positions that hard-deleted them (the tombstones, below);
+3. keeps only the changes newer than what the key holds and than the latest truncate (older and equal
+   ones are taken and counted, not applied);
+4. fills the columns Debezium left out (TOAST, `change_unchanged`) from the key's earlier change in the
+   batch or its held row, or the old key's for the create that follows a primary-key update;
+5. and, in the run's one Iceberg transaction (commit._transaction, fenced as every eosflow commit):
+   deletes the applied keys' rows (copy-on-write) and those a truncate empties, appends the new images
+   (and a soft delete's marked row), and sets the positions, the tombstones and the truncate.
+
+Tombstones: with hard deletes a deleted key keeps no row to hold its position, yet an older change of it
+re-delivered later (Connect without exactly-once source support) must not bring it back. So the deleted
+keys and the positions that deleted them are kept in one Parquet file that the table property
+`eosflow.deleted` names, set in the same commit as the rows (so it is exactly as new as they are); a key
+created again leaves it, a truncate clears what it covers. The latest truncate's position is the property
+`eosflow.truncate`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eosflow.ledger.mirror import RangeOutcome
+from eosflow.ledger.ranges import Plan
+from eosflow.schema.arrow import UTC_MICROS
+from eosflow.schema.changes import declared
+from eosflow.schema.declaration import RecordSchema
+from eosflow.sinks.iceberg.files import Written
+
+Key = tuple[str, int]
+IMAGE_OPS = ("c", "r", "u")
+KEYED_OPS = ("c", "r", "u", "d")
+# A state row's own columns after the declared ones: its last applied change's op, place and time, and
+# where in Kafka that change was read (the warehouse's state table has the same).
+POSITION_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("change_op", pa.string()),
+    ("change_lsn", pa.int64()),
+    ("change_ts", UTC_MICROS),
+    ("kafka_topic", pa.string()),
+    ("kafka_partition", pa.int32()),
+    ("kafka_offset", pa.int64()),
+    ("batch_id", pa.string()),
+)
+DELETED_AT = ("deleted_at", UTC_MICROS)
+# What the driver reads of the staged changes.
+STAGED = (
+    "change_op",
+    "change_lsn",
+    "change_ts",
+    "change_unchanged",
+    "change_old_key",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "batch_id",
+)
+TRUNCATE = "eosflow.truncate"
+TOMBSTONES = "eosflow.deleted"
+TOMBSTONE_FOLDER = "eosflow-deleted"
+STAGED_FOLDER = "eosflow-changes"
+# A change's place in the source's order: the LSN (missing: -1, lowest), then the Kafka partition and offset.
+_LSN = "_lsn"
+_NONE = -2  # the place of a key nothing holds: before every change
+_ORDER = (_LSN, "kafka_partition", "kafka_offset")
+_PLACE_NAMES = ("lsn", "partition", "offset")
+
+
+def columns(schema: RecordSchema, soft: bool) -> list[tuple[str, pa.DataType]]:
+    """The state table's columns, in order."""
+    image = [(c.name, c.type.arrow) for c in declared(schema)]
+    return [*image, *POSITION_COLUMNS, *([DELETED_AT] if soft else [])]
+
+
+@dataclass
+class Applied:
+    """What a commit does to the state table, planned against the snapshot it commits on."""
+
+    deleted: object | None  # an Iceberg filter of the rows removed (keys replaced, truncated), or None
+    appended: pa.Table  # the rows added
+    properties: dict[str, str] = field(default_factory=dict)  # tombstones, truncate
+    changes: int = 0  # keyed changes in the batch
+    keys: int = 0  # keys they touch
+    applied: int = 0  # keys whose last change was applied
+    superseded: int = 0  # keys whose last change was older than (or the same as) what they hold
+    unfilled: int = 0  # unchanged TOAST values no earlier change or row held (left NULL)
+
+    def line(self) -> str:
+        text = (
+            f"state: {self.changes:,} changes to {self.keys:,} keys, {self.applied:,} applied, "
+            f"{self.superseded:,} older than what the table holds (taken, not applied)"
+        )
+        if self.unfilled:
+            text += (
+                f"; {self.unfilled:,} unchanged TOAST value(s) had no earlier change or row to come from "
+                "(left NULL: the key moved from a row deleted in an earlier run; REPLICA IDENTITY FULL on "
+                "the source table sends every value)"
+            )
+        return text
+
+
+def commit(
+    table, plan: Plan, written: Mapping[Key, Written], schema: RecordSchema, soft: bool, log: Callable
+) -> dict[Key, RangeOutcome]:
+    """The run's one commit to a state table: the ranges decided as any Iceberg commit's, then their changes
+    applied to the rows and the positions set in one fenced transaction; the outcome of each range."""
+    from eosflow.sinks.iceberg import commit as iceberg_commit
+
+    outcomes, going, properties = iceberg_commit.deciding(table, plan, written)
+    if not going:
+        return outcomes
+    files = [f for p in going for f in written.get((p.range.topic, p.range.partition), Written()).data_files]
+    applied = plan_state(table, read_staged(table, files, schema), schema, soft, plan.batch_id)
+    log(applied.line())
+    deleted = [] if applied.deleted is None else [applied.deleted]
+    return outcomes | iceberg_commit._transaction(
+        table, plan, going, written, [], properties | applied.properties, deleted, applied.appended
+    )
+
+
+def read_staged(table, files: list[str], schema: RecordSchema) -> pa.Table:
+    """The checked changes the run's tasks staged, as one Arrow table (declared columns and the change's)."""
+    import pyarrow.parquet as pq
+
+    from eosflow.sinks.iceberg import storage
+
+    wanted = [c.name for c in declared(schema)] + list(STAGED)
+    properties = storage.io_properties(table)
+    parts = []
+    for uri in files:
+        filesystem, path = storage.filesystem(properties, uri)
+        parts.append(pq.read_table(path, filesystem=filesystem, columns=wanted))
+    if not parts:
+        from eosflow.schema.arrow import valid_columns
+
+        types = dict(valid_columns(schema))
+        return pa.schema([(n, types[n]) for n in wanted]).empty_table()
+    return pa.concat_tables(parts)
+
+
+def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch_id: str) -> Applied:
+    """What the batch's `changes` do to the state table as `table` (its loaded snapshot) holds it."""
+    key = list(schema.primary_key)
+    wanted = table_schema(table)
+    changes = changes.append_column(_LSN, pc.fill_null(changes["change_lsn"], -1))
+    truncate, truncated_now = _truncate(table, changes)
+    keyed = changes.filter(pc.is_in(changes["change_op"], value_set=pa.array(KEYED_OPS)))
+    done = Applied(None, wanted.empty_table(), changes=keyed.num_rows)
+    if keyed.num_rows == 0 and not truncated_now:
+        return done
+    unchanged = pc.is_valid(keyed["change_unchanged"])
+    placeholders = pc.any(unchanged).as_py() or False
+    old_keys = _old_keys(keyed.filter(unchanged), schema) if placeholders else []
+    held = _held(table, keyed.select(key), old_keys, key, wanted)
+    if placeholders:
+        keyed, done.unfilled = fill_unchanged(keyed, held, schema)
+    last = last_changes(keyed, key)
+    done.keys = last.num_rows
+    tombstones = _tombstones(table, key)
+    positions = _held_positions(last, held, tombstones, key)
+    newer = _after(_place(last), positions)
+    if truncate is not None:
+        newer = pc.and_(newer, _after(_place(last), _constant(truncate, last.num_rows)))
+    applied = last.filter(newer)
+    done.applied, done.superseded = applied.num_rows, last.num_rows - applied.num_rows
+    ops = applied["change_op"]
+    images = applied.filter(pc.is_in(ops, value_set=pa.array(IMAGE_OPS)))
+    deletes = applied.filter(pc.equal(ops, "d"))
+    rows = [_rows(images, wanted, batch_id)]
+    if soft and deletes.num_rows:
+        rows.append(_marked(deletes, keyed, held, key, wanted, batch_id))
+    # The rows replaced: those of the applied keys the table holds (a key it lacks has nothing to delete).
+    replaced = applied.filter(pc.is_valid(positions.take(_indices(newer))["h_offset"]))
+    filters = [_match(replaced.select(key), key)] if replaced.num_rows else []
+    if truncated_now:
+        filters.append(_older_than(truncate))
+        if soft:
+            rows.append(_truncated_marks(table, truncate, applied.select(key), key, wanted))
+        done.properties[TRUNCATE] = json.dumps(dict(zip(_PLACE_NAMES, truncate, strict=True)))
+    done.deleted = _or(filters)
+    done.appended = pa.concat_tables(rows).cast(wanted)
+    if not soft:
+        done.properties |= _new_tombstones(table, tombstones, deletes, images, truncate, key, batch_id)
+    return done
+
+
+def table_schema(table) -> pa.Schema:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    return schema_to_pyarrow(table.schema(), include_field_ids=False)
+
+
+# --- the order
+
+
+def last_changes(changes: pa.Table, key: list[str]) -> pa.Table:
+    """Each key's last change by the order (one sort, one group-by: no per-record Python)."""
+    if changes.num_rows == 0:
+        return changes
+    ordered = changes.sort_by([(c, "ascending") for c in _ORDER])
+    ordered = ordered.append_column("_i", pa.array(range(ordered.num_rows), pa.int64()))
+    last = ordered.group_by(key, use_threads=False).aggregate([("_i", "max")])
+    return ordered.take(last["_i_max"]).drop_columns(["_i"])
+
+
+def _place(rows: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    return (
+        rows[_LSN].combine_chunks(),
+        rows["kafka_partition"].combine_chunks(),
+        rows["kafka_offset"].combine_chunks(),
+    )
+
+
+def _after(a: tuple, b) -> pa.Array:
+    """Where place `a` comes after place `b` in the order (row by row; both without NULLs)."""
+    if isinstance(b, pa.Table):
+        b = (b["h_lsn"], b["h_partition_eff"], b["h_offset_eff"])
+    (a_lsn, a_part, a_off), (b_lsn, b_part, b_off) = a, b
+    gt, eq, or_, and_ = pc.greater, pc.equal, pc.or_, pc.and_
+    later_offset = and_(eq(a_part, b_part), gt(a_off, b_off))
+    return or_(gt(a_lsn, b_lsn), and_(eq(a_lsn, b_lsn), or_(gt(a_part, b_part), later_offset)))
+
+
+def _constant(place: tuple[int, int, int], n: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+    lsn, partition, offset = place
+    return (
+        pa.array([lsn] * n, pa.int64()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([offset] * n, pa.int64()),
+    )
+
+
+def _indices(mask: pa.Array) -> pa.Array:
+    return pc.indices_nonzero(mask)
+
+
+def _held_positions(last: pa.Table, held: pa.Table, tombstones: pa.Table, key: list[str]) -> pa.Table:
+    """Per row of `last` (same order): the place the key holds, its row's if the table has one, else its
+    tombstone's, else before everything (h_lsn -2); h_offset is the row's offset (NULL: no row)."""
+    rows = held.select([*key, "change_lsn", "kafka_partition", "kafka_offset"]).rename_columns(
+        [*key, "h_lsn", "h_partition", "h_offset"]
+    )
+    dead = tombstones.select([*key, "change_lsn", "kafka_partition", "kafka_offset"]).rename_columns(
+        [*key, "t_lsn", "t_partition", "t_offset"]
+    )
+    left = last.select(key).append_column("_row", pa.array(range(last.num_rows), pa.int64()))
+    joined = left.join(rows, key, join_type="left outer").join(dead, key, join_type="left outer")
+    joined = joined.sort_by("_row")
+    has_row, has_tomb = pc.is_valid(joined["h_offset"]), pc.is_valid(joined["t_offset"])
+    lsn = pc.if_else(
+        has_row,
+        pc.fill_null(joined["h_lsn"], -1),
+        pc.if_else(has_tomb, pc.fill_null(joined["t_lsn"], -1), _NONE),
+    )
+    partition = pc.if_else(has_row, joined["h_partition"], pc.fill_null(joined["t_partition"], 0))
+    offset = pc.if_else(has_row, joined["h_offset"], pc.fill_null(joined["t_offset"], 0))
+    return pa.table(
+        {
+            "h_lsn": pc.cast(lsn, pa.int64()),
+            "h_partition_eff": pc.cast(partition, pa.int32()),
+            "h_offset_eff": pc.cast(offset, pa.int64()),
+            "h_offset": joined["h_offset"],
+        }
+    )
+
+
+# --- what the table holds
+
+
+def _held(table, touched: pa.Table, old_keys: list[dict], key: list[str], wanted: pa.Schema) -> pa.Table:
+    """The rows the table holds for the touched keys (and the old keys of moved rows), every column."""
+    if table.current_snapshot() is None:
+        return wanted.empty_table()
+    keys = touched.group_by(key, use_threads=False).aggregate([])
+    if old_keys:
+        more = pa.Table.from_pylist(old_keys, schema=keys.schema)
+        keys = pa.concat_tables([keys, more]).group_by(key, use_threads=False).aggregate([])
+    if keys.num_rows == 0:
+        return wanted.empty_table()
+    found = table.scan(row_filter=_match(keys, key), selected_fields=tuple(wanted.names)).to_arrow()
+    return found.select(wanted.names).cast(wanted)
+
+
+def _match(keys: pa.Table, key: list[str]):
+    """The rows of `keys` as an Iceberg filter: In on one key column, an Or of Ands on several."""
+    from pyiceberg.table.upsert_util import create_match_filter
+
+    return create_match_filter(keys, key)
+
+
+def _or(filters: list):
+    from pyiceberg.expressions import Or
+
+    if not filters:
+        return None
+    return filters[0] if len(filters) == 1 else Or(*filters)
+
+
+# --- truncates
+
+
+def _truncate(table, changes: pa.Table) -> tuple[tuple[int, int, int] | None, bool]:
+    """The latest truncate (the batch's or the one the table remembers), and whether the batch's is it."""
+    stored = table.properties.get(TRUNCATE)
+    before = None if stored is None else tuple(json.loads(stored)[k] for k in _PLACE_NAMES)
+    truncates = changes.filter(pc.equal(changes["change_op"], "t"))
+    if truncates.num_rows == 0:
+        return before, False
+    latest = truncates.sort_by([(c, "descending") for c in _ORDER]).slice(0, 1)
+    place = (latest[_LSN][0].as_py(), latest["kafka_partition"][0].as_py(), latest["kafka_offset"][0].as_py())
+    if before is not None and before >= place:
+        return before, False
+    return place, True
+
+
+def _older_than(place: tuple[int, int, int]):
+    """The rows whose change comes before `place`, as an Iceberg filter."""
+    from pyiceberg.expressions import And, EqualTo, IsNull, LessThan, Or
+
+    lsn, partition, offset = place
+    same_lsn = IsNull("change_lsn") if lsn == -1 else EqualTo("change_lsn", lsn)
+    earlier_in_lsn = And(
+        same_lsn,
+        Or(
+            LessThan("kafka_partition", partition),
+            And(EqualTo("kafka_partition", partition), LessThan("kafka_offset", offset)),
+        ),
+    )
+    if lsn == -1:
+        return earlier_in_lsn
+    return Or(Or(IsNull("change_lsn"), LessThan("change_lsn", lsn)), earlier_in_lsn)
+
+
+def _truncated_marks(table, truncate, applied_keys: pa.Table, key: list[str], wanted: pa.Schema) -> pa.Table:
+    """Soft deletes: the rows a truncate empties stay, marked (deleted_at kept where set), except those of
+    keys this commit gives a newer row."""
+    rows = table.scan(row_filter=_older_than(truncate), selected_fields=tuple(wanted.names)).to_arrow()
+    if rows.num_rows == 0:
+        return wanted.empty_table()
+    rows = rows.select(wanted.names).cast(wanted)
+    if applied_keys.num_rows:
+        marked = applied_keys.append_column("_applied", pa.array([True] * applied_keys.num_rows))
+        rows = rows.join(marked, key, join_type="left outer")
+        rows = rows.filter(pc.is_null(rows["_applied"])).drop_columns(["_applied"]).select(wanted.names)
+    now = pa.scalar(datetime.now(UTC), UTC_MICROS)
+    deleted_at = pc.if_else(pc.is_valid(rows["deleted_at"]), rows["deleted_at"], now)
+    return rows.set_column(rows.schema.get_field_index("deleted_at"), "deleted_at", deleted_at)
+
+
+# --- rows
+
+
+def _rows(changes: pa.Table, wanted: pa.Schema, batch_id: str) -> pa.Table:
+    """The state rows of changes (their image, position and coordinates; deleted_at NULL)."""
+    n = changes.num_rows
+    columns = []
+    for f in wanted:
+        if f.name == "batch_id":
+            columns.append(pa.array([batch_id] * n, pa.string()))
+        elif f.name in changes.column_names:
+            columns.append(pc.cast(changes[f.name], f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=wanted)
+
+
+def _marked(
+    deletes: pa.Table, keyed: pa.Table, held: pa.Table, key: list[str], wanted: pa.Schema, batch_id: str
+) -> pa.Table:
+    """Soft deletes: each deleted key's row stays with its last image (the later of the batch's last c, r
+    or u before the delete and the row the table holds; the delete's own image when neither), the delete's
+    position, and deleted_at the delete's source time (else its Kafka time)."""
+    image_cols = [f.name for f in wanted if f.name not in key and f.name not in dict(POSITION_COLUMNS)
+                  and f.name != "deleted_at"]  # fmt: skip
+    images = last_changes(keyed.filter(pc.is_in(keyed["change_op"], value_set=pa.array(IMAGE_OPS))), key)
+    base = _rows(deletes, wanted, batch_id)
+    out = base.to_pylist()
+    by_key_batch = {tuple(r[k] for k in key): r for r in images.to_pylist()}
+    by_key_held = {tuple(r[k] for k in key): r for r in held.to_pylist()}
+    times = deletes["change_ts"].to_pylist()
+    kafka_times = deletes["kafka_timestamp"].to_pylist()
+    for i, row in enumerate(out):
+        k = tuple(row[c] for c in key)
+        batch, kept = by_key_batch.get(k), by_key_held.get(k)
+        source = batch if batch is not None else kept
+        if batch is not None and kept is not None and _place_of(kept) > _place_of(batch):
+            source = kept
+        if source is not None:
+            for c in image_cols:
+                row[c] = source.get(c)
+        row["deleted_at"] = times[i] or kafka_times[i] or datetime.now(UTC)
+    return pa.Table.from_pylist(out, schema=wanted)
+
+
+def _place_of(row: dict) -> tuple[int, int, int]:
+    lsn = row.get(_LSN, row.get("change_lsn"))
+    return (-1 if lsn is None else lsn, row["kafka_partition"], row["kafka_offset"])
+
+
+# --- TOAST
+
+
+def _unchanged_names(literal: str | None) -> list[str]:
+    """The columns a change_unchanged literal ({"a","b"}) names."""
+    if not literal:
+        return []
+    return [n.strip().strip('"') for n in literal.strip("{}").split(",") if n.strip()]
+
+
+def _old_keys(changes: pa.Table, schema: RecordSchema) -> list[dict]:
+    """The old keys (change_old_key) of changes, as typed key values."""
+    found = []
+    columns = {c.name: c for c in declared(schema)}
+    for text in changes["change_old_key"].to_pylist():
+        old = _old_key(text, schema.primary_key, columns)
+        if old is not None:
+            found.append(old)
+    return found
+
+
+def _old_key(text: str | None, key: tuple[str, ...], columns: Mapping) -> dict | None:
+    from eosflow.schema.types import BAD
+
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    typed = {k: columns[k].type.accept(doc.get(k)) for k in key}
+    return None if any(v is None or v is BAD for v in typed.values()) else typed
+
+
+def fill_unchanged(changes: pa.Table, held: pa.Table, schema: RecordSchema) -> tuple[pa.Table, int]:
+    """The changes with every column Debezium left out (change_unchanged) filled with the value the row had:
+    that of the key's latest earlier c, r or u (in the batch, or the row the table holds), or, for the
+    create that follows a primary-key update, of the old key's, whichever is later; a chain in the batch
+    (a key moved twice, a moved key updated) is filled link by link, in the source's order. Only changes
+    with placeholders are visited (Python: they are few). Returns the changes and how many values no
+    earlier change or row held."""
+    key = schema.primary_key
+    columns = {c.name: c for c in declared(schema)}
+    ordered = changes.sort_by([(c, "ascending") for c in _ORDER])
+    rows = ordered.to_pylist()
+    earlier: dict[tuple, list[dict]] = {}  # key -> its c/r/u changes visited so far, in order
+    held_rows = {tuple(r[k] for k in key): r for r in held.to_pylist()}
+    unfilled = 0
+    for row in rows:
+        k = tuple(row[c] for c in key)
+        names = _unchanged_names(row["change_unchanged"])
+        if names:
+            candidates = [*earlier.get(k, [])[-1:], *([held_rows[k]] if k in held_rows else [])]
+            old = _old_key(row["change_old_key"], key, columns) if row["change_op"] == "c" else None
+            if old is not None:
+                o = tuple(old[c] for c in key)
+                candidates += [*earlier.get(o, [])[-1:], *([held_rows[o]] if o in held_rows else [])]
+            place = _place_of(row)
+            candidates = [c for c in candidates if _place_of(c) < place]
+            source = max(candidates, key=_place_of) if candidates else None
+            for name in names:
+                if source is None or source.get(name) is None:
+                    unfilled += source is None
+                    continue
+                row[name] = source[name]
+            row["change_unchanged"] = None
+        if row["change_op"] in IMAGE_OPS:
+            earlier.setdefault(k, []).append(row)
+    return pa.Table.from_pylist(rows, schema=ordered.schema), unfilled
+
+
+# --- tombstones
+
+
+def _tombstones(table, key: list[str]) -> pa.Table:
+    """The hard-deleted keys and the places that deleted them (empty when there are none)."""
+    import pyarrow.parquet as pq
+
+    stored = table.properties.get(TOMBSTONES)
+    uri = None if stored is None else json.loads(stored).get("file")
+    if not uri:
+        wanted = table_schema(table)
+        return pa.schema(
+            [wanted.field(k) for k in key] + [("change_lsn", pa.int64()), ("kafka_partition", pa.int32()),
+                                              ("kafka_offset", pa.int64())]
+        ).empty_table()  # fmt: skip
+    with table.io.new_input(uri).open() as f:
+        return pq.read_table(f)
+
+
+def _new_tombstones(
+    table,
+    tombstones: pa.Table,
+    deletes: pa.Table,
+    images: pa.Table,
+    truncate: tuple[int, int, int] | None,
+    key: list[str],
+    batch_id: str,
+) -> dict[str, str]:
+    """The tombstones after this commit (its hard-deleted keys in, keys it created again out, those a
+    truncate covers out), written to a new file when they changed; the property naming it."""
+    import pyarrow.parquet as pq
+
+    from eosflow.sinks.iceberg.names import name_part
+
+    columns = [*key, "change_lsn", "kafka_partition", "kafka_offset"]
+    kept = tombstones.select(columns)
+    gone = pa.concat_tables([deletes.select(key), images.select(key)])
+    changed = deletes.num_rows > 0
+    if gone.num_rows and kept.num_rows:
+        unique = gone.group_by(key, use_threads=False).aggregate([])
+        flag = unique.append_column("_gone", pa.array([True] * unique.num_rows))
+        joined = kept.join(flag, key, join_type="left outer")
+        stay = pc.is_null(joined["_gone"])
+        changed = changed or not pc.all(stay).as_py()
+        kept = joined.filter(stay).select(columns)
+    if truncate is not None and kept.num_rows:
+        stay = _after(
+            (pc.fill_null(kept["change_lsn"], -1), kept["kafka_partition"], kept["kafka_offset"]),
+            _constant(truncate, kept.num_rows),
+        )
+        changed = changed or not pc.all(stay).as_py()
+        kept = kept.filter(stay)
+    if not changed:
+        return {}
+    merged = pa.concat_tables([kept, deletes.select(columns).cast(kept.schema)])
+    if merged.num_rows == 0:
+        return {TOMBSTONES: json.dumps({"file": None, "keys": 0})}
+    name = f"{name_part(batch_id)}-{uuid.uuid4().hex[:12]}.parquet"
+    uri = f"{table.location().rstrip('/')}/{TOMBSTONE_FOLDER}/{name}"
+    with table.io.new_output(uri).create(overwrite=False) as out:
+        pq.write_table(merged, out)
+    return {TOMBSTONES: json.dumps({"file": uri, "keys": merged.num_rows})}
+
+
+def tombstone_file(table) -> str | None:
+    """The tombstone file the table's current properties name (maintenance keeps it)."""
+    stored = table.properties.get(TOMBSTONES)
+    return None if stored is None else json.loads(stored).get("file")

@@ -1,0 +1,260 @@
+"""A change stream into an Iceberg table that is the state (docs/DESIGN.md, "State in Iceberg"), against the
+real broker, Spark, Postgres and a catalog: Debezium's envelopes as its JSON converter writes them, produced
+with confluent-kafka; the table read back with PyIceberg's scan (a reader that is not eosflow's write path).
+One row per key, its last change by the source's LSN, whatever order runs, retries and re-deliveries come in.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from eosflow.sinks.iceberg.config import PROPERTIES_ENV
+from eosflow.verify import verify_pipeline
+from tests.integration.lakes import lake_properties
+from tests.integration.test_change_streams import COLUMNS, Source
+
+pytestmark = pytest.mark.integration
+STATE_CHECKS = (
+    "state_keys_unique",
+    "state_coordinates_committed",
+    "state_holds_last_changes",
+    "state_holds_no_deleted_key",
+)
+
+
+@pytest.fixture(autouse=True)
+def lake(request, running_stack, monkeypatch) -> str:
+    """Where the test's table lives (tests/integration/lakes.py): `sql` unless a test asks for another."""
+    kind = getattr(request, "param", "sql")
+    properties = lake_properties(running_stack, kind, request.node.name)
+    if properties is None:
+        monkeypatch.delenv(PROPERTIES_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PROPERTIES_ENV, json.dumps(properties))
+    return kind
+
+
+def as_iceberg_state(case, **extra) -> str:
+    """The case's pipeline as a change stream whose Iceberg table lake.<name> is the state."""
+    case.spec.pop("target_table", None)
+    case.spec.pop("business_key", None)
+    table = f"lake.{case.name}"
+    case.write_config(
+        sink="iceberg", table=table, columns=COLUMNS, changes="debezium", primary_key=["id"], **extra
+    )
+    return table
+
+
+def scan(case, table: str) -> list[dict]:
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    return catalog(case.settings).load_table(table).scan().to_arrow().to_pylist()
+
+
+def state_of(case, table: str) -> dict[int, tuple]:
+    """Each key's row as PyIceberg reads it; a key twice fails here."""
+    rows = scan(case, table)
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)), f"a key twice in {table}: {sorted(ids)}"
+    return {r["id"]: (r["email"], r["balance"], r["notes"]) for r in rows}
+
+
+def verified(case) -> None:
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+    assert {c.name for c in result.checks} == set(STATE_CHECKS)
+
+
+@pytest.mark.parametrize("lake", ["sql", "rest"], indirect=True)
+def test_changes_leave_one_row_per_key_its_last_change_and_a_rerun_changes_nothing(case, lake):
+    table = as_iceberg_state(case)
+    src = Source(case)
+    src.send("r", {"id": 1, "email": "a@x", "balance": "1.00", "notes": "snap"})
+    src.send("c", {"id": 2, "email": "b@x", "balance": "2.00", "notes": "long text"}, schema=True)
+    src.send("c", {"id": 3, "email": "c@x", "balance": None, "notes": None})
+    src.send("u", {"id": 1, "email": "a2@x", "balance": "1.50", "notes": "snap"})
+    src.send("d", {"id": 3, "email": None, "balance": None, "notes": None})
+    src.flush()
+    summary = case.ingest()
+    assert summary.outcome == "committed"
+    assert state_of(case, table) == {
+        1: ("a2@x", Decimal("1.50"), "snap"),
+        2: ("b@x", Decimal("2.00"), "long text"),
+    }
+    rows = {r["id"]: r for r in scan(case, table)}
+    assert rows[1]["change_op"] == "u" and rows[1]["change_lsn"] is not None
+    assert case.rejected() == []
+    assert case.ingest().records_read == 0
+    src.send("u", {"id": 2, "email": "b2@x", "balance": "2.50", "notes": "long text"})
+    src.send("c", {"id": 3, "email": "back@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {
+        1: ("a2@x", Decimal("1.50"), "snap"),
+        2: ("b2@x", Decimal("2.50"), "long text"),
+        3: ("back@x", None, None),
+    }
+    verified(case)
+
+
+def test_a_redelivered_older_change_in_a_later_run_never_overwrites_nor_brings_a_deleted_key_back(case):
+    table = as_iceberg_state(case)
+    src = Source(case)
+    old = src.send("c", {"id": 5, "email": "old@x", "balance": "5.00", "notes": None})
+    src.send("u", {"id": 5, "email": "new@x", "balance": "6.00", "notes": None})
+    deleted = src.send("c", {"id": 6, "email": "gone@x", "balance": None, "notes": None})
+    src.send("d", {"id": 6, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.send("c", {"id": 5, "email": "old@x", "balance": "5.00", "notes": None}, lsn=old)
+    src.send("c", {"id": 6, "email": "gone@x", "balance": None, "notes": None}, lsn=deleted)
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {5: ("new@x", Decimal("6.00"), None)}
+    verified(case)
+
+
+def test_soft_deletes_keep_the_row_marked_with_its_last_image(case):
+    table = as_iceberg_state(case, deletes="soft")
+    src = Source(case)
+    src.send("c", {"id": 1, "email": "a@x", "balance": None, "notes": "kept"})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.send("d", {"id": 1, "email": None, "balance": None, "notes": None})
+    src.send("c", {"id": 2, "email": "b@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    rows = {r["id"]: r for r in scan(case, table)}
+    assert (rows[1]["email"], rows[1]["notes"], rows[1]["change_op"]) == ("a@x", "kept", "d")
+    assert rows[1]["deleted_at"] is not None and rows[2]["deleted_at"] is None
+    verified(case)
+
+
+def test_a_toast_placeholder_takes_the_previous_runs_value_and_a_key_update_moves_the_row(case):
+    from eosflow.schema.changes import OLD_KEY_HEADER, PLACEHOLDER
+
+    table = as_iceberg_state(case)
+    src = Source(case, partitions=1)
+    src.send("c", {"id": 10, "email": "a@x", "balance": None, "notes": "long text"})
+    src.send("c", {"id": 11, "email": "b@x", "balance": None, "notes": "other text"})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.send("u", {"id": 11, "email": "b2@x", "balance": "1.00", "notes": PLACEHOLDER})
+    # id 10 becomes 20 (Debezium: a delete of the old key, its tombstone, a create naming the old key)
+    src.send("d", {"id": 10, "email": None, "balance": None, "notes": None})
+    src.lsn += 10
+    moved = {"op": "c", "before": None, "after": {"id": 20, "email": "a@x", "balance": None,
+             "notes": PLACEHOLDER}, "source": {"lsn": src.lsn, "ts_ms": 1}}  # fmt: skip
+    src.producer.produce(case.topic, key=b'{"id": 20}', value=json.dumps(moved).encode(), partition=0,
+                         headers=[(OLD_KEY_HEADER, b'{"id": 10}')])  # fmt: skip
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {
+        11: ("b2@x", Decimal("1.00"), "other text"),
+        20: ("a@x", None, "long text"),
+    }
+    verified(case)
+
+
+def test_a_truncate_empties_every_row_older_than_it(case):
+    table = as_iceberg_state(case)
+    src = Source(case)
+    for i in (1, 2, 3):
+        src.send("c", {"id": i, "email": f"{i}@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.truncate()
+    src.send("c", {"id": 4, "email": "after@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {4: ("after@x", None, None)}
+    verified(case)
+
+
+def test_two_runs_at_once_one_commits_and_the_other_is_fenced_with_nothing_visible(case, tmp_path):
+    table = as_iceberg_state(case)
+    src = Source(case)
+    for i in range(1, 21):
+        src.send("c", {"id": i, "email": f"{i}@x", "balance": None, "notes": None})
+    src.send("u", {"id": 1, "email": "one@x", "balance": None, "notes": None})
+    src.flush()
+    zombie = case.raced_while_paused("after_stage", tmp_path)
+    assert zombie.returncode == 3, zombie.stderr[-3000:]
+    assert "another commit changed" in zombie.stderr
+    state = state_of(case, table)
+    assert len(state) == 20 and state[1] == ("one@x", None, None)
+    assert {r["batch_id"] for r in scan(case, table)} == {_batch_of(case)}
+    verified(case)
+
+
+def _batch_of(case) -> str:
+    """The one batch the ledger committed."""
+    (batch,) = {
+        r[0] for r in case.query("select batch_id from eosflow.ledger where pipeline = %s", case.name)
+    }
+    return batch
+
+
+@pytest.mark.parametrize("point", ["after_stage", "in_commit"])
+def test_a_run_killed_at_a_fault_point_and_its_retry_apply_each_change_once(case, point):
+    table = as_iceberg_state(case)
+    src = Source(case)
+    for i in range(1, 11):
+        src.send("c", {"id": i, "email": f"{i}@x", "balance": None, "notes": None})
+    src.send("d", {"id": 2, "email": None, "balance": None, "notes": None})
+    src.flush()
+    killed = case.ingest_process("--run-id", "killed", EOSFLOW_CRASH_AT=point)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert len(scan(case, table)) == (9 if point == "in_commit" else 0)
+    assert case.ingest().outcome == "committed"
+    assert sorted(state_of(case, table)) == [1, *range(3, 11)]
+    ledger = case.ledger()
+    assert sum(r[4] for r in ledger) == 12  # 10 creates, a delete and its tombstone: each read once
+    verified(case)
+
+
+def test_a_replay_is_refused_before_anything_is_planned(case):
+    from eosflow.ledger.backfill import BackfillError, BackfillRequest
+    from eosflow.runners import backfill_run
+
+    as_iceberg_state(case)
+    src = Source(case, partitions=1)
+    src.send("c", {"id": 1, "email": "a@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    request = BackfillRequest(case.name, "replay", (0,), 0, 1, chunk_size=100)
+    with pytest.raises(BackfillError, match="no history to rebuild"):
+        backfill_run.resolve(case.settings, request)
+
+
+def test_verify_names_the_keys_of_a_table_doctored_behind_eosflows_back(case):
+    import pyarrow as pa
+
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    table_name = as_iceberg_state(case)
+    src = Source(case)
+    for i in (1, 2, 3):
+        src.send("c", {"id": i, "email": f"{i}@x", "balance": None, "notes": None})
+    src.send("d", {"id": 3, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    verified(case)
+    table = catalog(case.settings).load_table(table_name)
+    rows = table.scan().to_arrow()
+    one = rows.filter(pa.compute.equal(rows["id"], 1)).to_pylist()[0]
+    doctored = [
+        {**one, "email": "edited"},  # id 1 twice, one of them wrong
+        {**one, "id": 3, "kafka_offset": 10_000},  # a deleted key back, from outside any range
+    ]
+    table.append(pa.Table.from_pylist(doctored, schema=rows.schema))
+    result = verify_pipeline(case.settings, case.name)
+    failed = {c.name: c.rows for c in result.failed}
+    assert set(failed) == set(STATE_CHECKS), result.table()
+    assert failed["state_keys_unique"][0]["id"] == 1
+    assert failed["state_coordinates_committed"][0]["id"] == 3
+    assert failed["state_holds_no_deleted_key"][0]["id"] == 3
+    assert failed["state_holds_last_changes"][0]["id"] == 1
