@@ -110,6 +110,28 @@ def test_a_debezium_stream_keeps_each_keys_last_change_exactly_and_a_rerun_chang
     assert {named[n] for n in STATE_CHECKS} == {"S1", "S2", "S3"}
 
 
+def test_an_optional_column_added_to_the_declaration_is_added_to_the_state_table_too(case):
+    """The changelog gained an added column and the state table did not: the apply's INSERT named it."""
+    state = as_change_stream(case)
+    src = Source(case)
+    src.send("c", {"id": 1, "email": "a@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    case.write_config(
+        columns=[*COLUMNS, {"name": "vip", "type": "boolean"}],
+        changes="debezium",
+        primary_key=["id"],
+        state_table=state,
+    )
+    src.send("u", {"id": 1, "email": "a@x", "balance": None, "notes": None, "vip": True})
+    src.send("c", {"id": 2, "email": "b@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert case.query(f"select id, vip from {state} order by id") == [(1, True), (2, None)]
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+
 def test_verify_names_a_state_row_changed_behind_eosflows_back(case):
     """S1-S3 fail, naming the key, when the state table no longer is the changelog's last change per key."""
     state = as_change_stream(case)

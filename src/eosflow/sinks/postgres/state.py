@@ -77,6 +77,14 @@ def ensure_state_table(conn: psycopg.Connection, pipeline: Pipeline, state_table
             sql.SQL(", ").join(map(sql.Identifier, key)),
         )
     )
+    # A column the declaration added since (an optional one: the changelog's evolution refuses the rest)
+    # is added here too: earlier keys' rows hold NULL in it, as their changes did.
+    for c in declared(schema):
+        conn.execute(
+            sql.SQL("alter table {} add column if not exists {} {}").format(
+                _ident(state_table), sql.Identifier(c.name), sql.SQL(c.type.postgres)
+            )
+        )
     changelog = _ident(pipeline.target_table)
     name = pipeline.target_table.split(".")[1]
     conn.execute(
