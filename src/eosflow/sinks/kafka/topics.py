@@ -26,6 +26,10 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     partitions = len(source.partitions) if source is not None and source.partitions else 1
     sink = pipeline.sink
     changes = pipeline.schema.changes is not None
+    if changes and source is None:
+        # Not before the source exists (Debezium makes it with its first change): the state topic needs its
+        # partition count. Planning says the source is missing.
+        return
     missing = [t for t in (sink.output_topic, sink.dead_letter_topic) if t not in metadata.topics]
     if missing:
         from confluent_kafka.admin import NewTopic
