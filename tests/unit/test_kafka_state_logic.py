@@ -19,6 +19,8 @@ from eosflow.sinks.kafka.state import (
     PartitionState,
     Produce,
     Reject,
+    avro_image,
+    image_schema,
     is_newer,
     parse_position,
     position_text,
@@ -161,18 +163,38 @@ def test_a_key_moved_within_the_partition_takes_its_old_rows_values(parts):
     assert isinstance(moved, Produce) and json.loads(moved.value)["notes"] == "toasted"
 
 
-def test_a_non_json_output_fills_only_from_what_this_run_produced(parts):
+def test_a_protobuf_output_fills_only_from_what_this_run_produced(parts):
     pipeline = _pipeline()
     state = PartitionState(
-        pipeline.schema, encode=lambda typed: repr(list(typed)).encode(), json_output=False
+        pipeline.schema, encode=lambda typed: repr(list(typed)).encode(), output_format="protobuf"
     )
     _, check = parts
-    state.restore([(b'{"tenant":"t1","id":1}', b"avro bytes", [(POSITION_HEADER, b"1/0/0")])])
+    state.restore([(b'{"tenant":"t1","id":1}', b"protobuf bytes", [(POSITION_HEADER, b"1/0/0")])])
     refused = state.apply(_change(check, "u", _row(1, "b@x", PLACEHOLDER), 50), 0, 7)
-    assert isinstance(refused, Reject) and "output_format: json" in refused.reason
+    assert isinstance(refused, Reject) and "as protobuf eosflow cannot read back" in refused.reason
     state.produced(state.apply(_change(check, "c", _row(2, "a@x", "kept"), 60), 0, 8))
     filled = state.apply(_change(check, "u", _row(2, "b@x", PLACEHOLDER), 61), 0, 9)
     assert isinstance(filled, Produce) and b"'kept'" in filled.value
+
+
+def test_an_avro_output_fills_from_the_restored_record_of_its_own_schema(parts):
+    import functools
+
+    from eosflow.schema.avro_out import AvroOutput, output_schema
+
+    pipeline = _pipeline()
+    image = image_schema(pipeline.schema)
+    body = output_schema("customers", image)
+    output = AvroOutput(7, body, tuple(c.name for c in image.columns), frozenset())
+    state = PartitionState(pipeline.schema, output, "avro", functools.partial(avro_image, output))
+    _, check = parts
+    held = output(["t1", 1, "a@x", "kept"])
+    older = AvroOutput(6, body, output.names, frozenset())(["t1", 2, "a@x", "kept"])
+    state.restore([(b'{"tenant":"t1","id":1}', held, []), (b'{"tenant":"t1","id":2}', older, [])])
+    filled = state.apply(_change(check, "u", _row(1, "b@x", PLACEHOLDER), 50), 0, 7)
+    assert isinstance(filled, Produce) and avro_image(output, filled.value) == ["t1", 1, "b@x", "kept"]
+    refused = state.apply(_change(check, "u", _row(2, "b@x", PLACEHOLDER), 51), 0, 8)
+    assert isinstance(refused, Reject) and "Avro of an earlier schema" in refused.reason
 
 
 def test_output_key_and_several_topics_are_refused_with_changes():

@@ -481,9 +481,11 @@ def range_producer(
 
 
 def change_state(pipeline: Pipeline, encode: Callable[[Sequence[object]], bytes] | None):
-    from eosflow.sinks.kafka.state import PartitionState
+    from eosflow.schema.avro_out import AvroOutput
+    from eosflow.sinks.kafka.state import PartitionState, avro_image
 
-    return PartitionState(pipeline.schema, encode, json_output=pipeline.sink.output_format == "json")
+    decode = functools.partial(avro_image, encode) if isinstance(encode, AvroOutput) else None
+    return PartitionState(pipeline.schema, encode, pipeline.sink.output_format, decode)
 
 
 def restore_state(kafka: Mapping[str, str], topic: str, partition: int, state) -> None:

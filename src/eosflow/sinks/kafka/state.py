@@ -112,8 +112,11 @@ class PartitionState:
         self,
         schema: RecordSchema,
         encode: Callable[[Sequence[object]], bytes] | None = None,
-        json_output: bool = True,
+        output_format: str = "json",
+        decode: Callable[[bytes], Sequence[object] | None] | None = None,
     ) -> None:
+        """decode: an output value back to the typed image `encode` took (None: not one it can read), for a
+        format other than JSON (avro_image); JSON values are filled column by column as their JSON text."""
         image = declared(schema)
         self.names = tuple(c.name for c in image)
         self.width = len(image)
@@ -121,7 +124,8 @@ class PartitionState:
         # Declared order, as Debezium keys its topics (the primary_key list may name them otherwise).
         self.key_index = tuple(self.names.index(n) for n in self.key_names)
         self.encode = encode or self._json
-        self.json_output = json_output
+        self.output_format = output_format
+        self.decode = decode
         self.keys: dict[bytes, Held] = {}  # produced by this run, or restored and asked for since
         # Restored from the output partition: key -> (position header, last value, last non-null value).
         self.restored: dict[bytes, tuple[bytes | None, bytes | None, bytes | None]] = {}
@@ -240,17 +244,21 @@ class PartitionState:
                     "Debezium sends them"
                 )
         index = {n: i for i, n in enumerate(self.names)}
-        if source.typed is not None:  # produced by this run: typed at hand, for every output format
+        typed = source.typed  # produced by this run: typed at hand, for every output format
+        if typed is None and self.output_format != "json":
+            typed = self.decode(source.image) if self.decode is not None else None
+            if typed is None:
+                return Reject(
+                    f"unchanged TOAST column(s) {list(unchanged)}: {whose}'s row is in the output topic "
+                    f"as {self.output_format} eosflow cannot read back (protobuf, or Avro of an earlier "
+                    "schema); use output_format json or avro, or set REPLICA IDENTITY FULL on the source "
+                    "table"
+                )
+        if typed is not None:
             filled = list(image)
             for name in unchanged:
-                filled[index[name]] = source.typed[index[name]]
+                filled[index[name]] = typed[index[name]]
             return dataclasses.replace(record, value=self.encode(filled), typed=filled)
-        if not self.json_output:
-            return Reject(
-                f"unchanged TOAST column(s) {list(unchanged)}: {whose}'s row is in the output topic in a "
-                "format eosflow does not read back (only json); use output_format: json, or set REPLICA "
-                "IDENTITY FULL on the source table"
-            )
         # A JSON record restored from the topic: its columns' JSON taken as they are, byte for byte.
         try:
             held_columns = _RAW_OBJECT.decode(source.image)
@@ -265,6 +273,25 @@ class PartitionState:
         for name in unchanged:
             out[name] = held_columns[name]
         return dataclasses.replace(record, value=_JSON.encode(out))
+
+
+def avro_image(output, value: bytes) -> list | None:
+    """An Avro output value (eosflow.schema.avro_out.AvroOutput's) back to the typed image it was encoded
+    from; None for a value of another schema id (written before the declaration changed)."""
+    import io
+    import json
+    from decimal import Decimal
+
+    import fastavro
+
+    if len(value) < 5 or value[0] != 0 or int.from_bytes(value[1:5], "big") != output.schema_id:
+        return None
+    record = fastavro.schemaless_reader(io.BytesIO(value[5:]), output._parsed, None)
+    # jsonb travels as its JSON text; the encoder writes the value it holds as JSON text again.
+    return [
+        json.loads(v, parse_float=Decimal) if n in output.jsonb and v is not None else v
+        for n, v in ((n, record.get(n)) for n in output.names)
+    ]
 
 
 def image_schema(schema: RecordSchema) -> RecordSchema:
