@@ -31,14 +31,8 @@ def as_state_topic(case, **extra) -> str:
     """The case's pipeline as a change stream whose state is the compacted topic out.<name>."""
     for key in ("business_key", "target_table"):
         case.spec.pop(key, None)
-    case.write_config(
-        columns=COLUMNS,
-        changes="debezium",
-        primary_key=["id"],
-        sink="kafka",
-        output_topic=f"out.{case.name}",
-        **extra,
-    )
+    spec = {"columns": COLUMNS, "changes": "debezium", "primary_key": ["id"], "sink": "kafka"}
+    case.write_config(**(spec | {"output_topic": f"out.{case.name}"} | extra))
     return case.output_topic
 
 
@@ -354,5 +348,34 @@ def test_an_avro_state_topic_takes_a_toast_column_from_the_previous_runs_avro_re
         2: {"id": 2, "email": "b@x", "balance": None, "notes": "kept"},
     }
     assert read_back(case, f"{output}.rejected") == []
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+
+
+def test_a_keyed_topic_is_a_state_topic_too_ordered_by_its_offsets(case):
+    """changes: keyed: the key is the primary key, a null value deletes; there is no source position, so
+    each key's changes are in their partition's order, and the position header says so."""
+    output = as_state_topic(case, changes="keyed")
+    ensure_topic(case.settings.bootstrap_servers, case.topic, 2, log=lambda m: None)
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers, "enable.idempotence": True})
+
+    def send(id_: int, value: dict | None) -> None:
+        body = None if value is None else json.dumps(value).encode()
+        producer.produce(case.topic, key=str(id_).encode(), value=body, partition=id_ % 2)
+
+    send(1, row(1, "a@x"))
+    send(2, row(2, "b@x"))
+    send(1, row(1, "a2@x"))
+    assert producer.flush(30) == 0
+    assert case.ingest().outcome == "committed"
+    send(2, None)
+    send(1, row(1, "a3@x", notes="n"))
+    assert producer.flush(30) == 0
+    assert case.ingest().outcome == "committed"
+
+    records = read_back(case, output)
+    assert last_per_key(records) == {1: row(1, "a3@x", notes="n"), 2: None}
+    assert all(headers(m)["eosflow-change-position"].startswith("-/") for m in records)
+    assert {headers(m)["eosflow-change-op"] for m in records} == {"u", "d"}
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()

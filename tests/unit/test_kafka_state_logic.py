@@ -202,4 +202,6 @@ def test_output_key_and_several_topics_are_refused_with_changes():
         _pipeline(output_key="email")
     with pytest.raises(PipelineConfigError, match="a pipeline per topic"):
         _pipeline(topics=["a.customers", "b.customers"])
+    with pytest.raises(PipelineConfigError, match="deletes"):
+        _pipeline(deletes="soft")  # a tombstone is the delete; a marked row is a warehouse's
     assert _pipeline().sink.keeps_state

@@ -46,8 +46,8 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
         )
     limits = topic_limits(kafka, [sink.output_topic, sink.dead_letter_topic])
     limits.refuse_a_compacted_dead_letter_topic(sink.dead_letter_topic)
-    if changes:
-        output = client.list_topics(sink.output_topic, timeout=_TIMEOUT_S).topics[sink.output_topic]
+    if changes and sink.output_topic not in missing:  # one made just now is made right
+        output = metadata.topics[sink.output_topic]
         refuse_unfit_state_topic(
             pipeline, sink.output_topic in limits.compacted, len(output.partitions), partitions
         )
