@@ -8,7 +8,7 @@ range's transaction first restores that partition's last record per key (`Partit
 then produces only the changes newer than what a key holds (`PartitionState.apply`). An older or equal
 change is superseded: it goes to the dead-letter topic, naming the position it lost to.
 
-Pure: this module decides what to produce; produce.py reads the partition and produces.
+Pure: this module decides what to produce; restore.py reads the partition, produce.py produces.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import msgspec
 
 from eosflow.schema.changes import TOMBSTONE, declared
 from eosflow.schema.declaration import RecordSchema
+from eosflow.sinks.kafka.json_out import json_value
 
 POSITION_HEADER = "eosflow-change-position"
 OP_HEADER = "eosflow-change-op"
@@ -131,14 +132,10 @@ class PartitionState:
         self.restored: dict[bytes, tuple[bytes | None, bytes | None, bytes | None]] = {}
 
     def _json(self, typed: Sequence[object]) -> bytes:
-        from eosflow.sinks.kafka.produce import json_value
-
         return json_value(self.names, typed)
 
     def key_of(self, typed: Sequence[object]) -> bytes:
         """The output key: a JSON object of the primary key's columns, in declared order."""
-        from eosflow.sinks.kafka.produce import json_value
-
         return json_value(self.key_names, [typed[i] for i in self.key_index])
 
     def old_key(self, old: dict) -> bytes:
