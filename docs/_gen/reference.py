@@ -223,6 +223,7 @@ def publisher_keys() -> frozenset[str]:
 
 def pipelines_page() -> str:
     from eosflow import pipelines
+    from eosflow.databases import declaration as databases
     from eosflow.schema import declaration
     from eosflow.sinks import registry
 
@@ -233,6 +234,14 @@ def pipelines_page() -> str:
     # The built-in sinks only: a sink some package installs in this venv is that package's to document.
     for kind, where in sorted(registry._BUILT_IN.items()):
         sections.append((f"`sink: {kind}`", f"`{where}.keys`", registry.sink_class(kind).keys, "pipeline"))
+    sections.append(
+        (
+            "A database entry (`database:`)",
+            "`eosflow.databases.declaration._ENTRY_KEYS` (with every pipeline's, but its tables' own)",
+            databases._ENTRY_KEYS,
+            "pipeline",
+        )
+    )
     columns = frozenset(declaration._COLUMN_KEYS)
     sections.append(
         ("Each column (`columns:`)", "`eosflow.schema.declaration._COLUMN_KEYS`", columns, "column")

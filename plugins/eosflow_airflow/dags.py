@@ -7,11 +7,20 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, Param, dag
+from airflow.sdk import (
+    DAG,
+    Asset,
+    AssetOrTimeSchedule,
+    AssetWatcher,
+    DeltaTriggerTimetable,
+    Param,
+    dag,
+    task_group,
+)
 
 from eosflow.ledger.backfill import MODES
 from eosflow.observe.health import publisher_stale_limit, stale_limits
-from eosflow.pipelines import Pipeline, PipelineConfigError, load_each
+from eosflow.pipelines import Pipeline, PipelineConfigError, databases, load_databases, load_each
 from eosflow.publishers import Publisher, load_each_publisher
 from eosflow.settings import Settings, ingest_interval, load
 from eosflow_airflow.lineage import (
@@ -28,8 +37,10 @@ from eosflow_airflow.tasks import (
     backfill_dag_id,
     build_marts,
     compact_targets,
+    discover,
     ingest_dag_id,
     marts_dag_id,
+    member_job_args,
     pipeline_health,
     plan,
     publish_dag_id,
@@ -77,6 +88,7 @@ def refuse_bad_pipelines(settings: Settings | None = None, path: Path | None = N
     (dag_processing.collection)."""
     settings = settings or load()
     _, bad = load_each(settings, path)
+    bad |= load_databases(settings, path)[1]
     _, bad_publishers = load_each_publisher(settings, path)
     if bad or bad_publishers:
         lines = [f"- {_naming('pipeline', name, error)}" for name, error in bad.items()]
@@ -166,6 +178,52 @@ def build_ingest_dag(pipeline: Pipeline) -> DAG:
         )
 
     return ingest()
+
+
+def declared_databases(
+    settings: Settings | None = None, path: Path | None = None
+) -> dict[str, databases.Database]:
+    """The `database:` entries pipelines.yml declares that parse; a refused one is left out with a warning,
+    as a pipeline is (dags/eosflow_config_errors.py names it)."""
+    good, bad = load_databases(settings or load(), path)
+    for name, error in bad.items():
+        log.warning("database entry %r is refused, its DAG is not made: %s", name, error)
+    return good
+
+
+def build_database_dag(database: databases.Database) -> DAG:
+    """A database entry's one ingest DAG: discovery, then per member (a map index each) its Spark job and
+    its checks. The members are found when the DAG runs, never when the file is parsed (no Kafka or
+    warehouse at parse time)."""
+    interval = ingest_interval()
+    tables = f"{database.topic_prefix}.<schema>.<table>"
+
+    @dag(
+        dag_id=ingest_dag_id(database.name),
+        description=f"Debezium's {tables} -> {database.target_schema}.*, each table exactly once",
+        schedule=interval,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["eosflow", "ingest", "database", f"pipeline:{database.name}"],
+        doc_md=f"Replicates every table of Debezium's `{tables}` topics"
+        + (f" in schemas {', '.join(database.schemas)}" if database.schemas else "")
+        + f" into `{database.target_schema}`: `discover` finds the tables and reads their columns from "
+        "Debezium's schema block (a table added later, a column added: taken by the next run), then each "
+        "table, a member pipeline of its own, runs its Spark job (its changes and positions in one "
+        "transaction) and its checks. One member's failure fails its own tasks, not the others'.",
+    )
+    def replicate():
+        @task_group(group_id="member")
+        def member(name):
+            args = member_job_args(name)
+            spark = EosflowSparkSubmitOperator(**spark_job("spark_ingest", application_args=args))
+            args >> spark >> verify(name)
+
+        member.expand(name=discover(database.name))
+
+    return replicate()
 
 
 # The backfill form's sections. Airflow's Trigger dialog shows them as an accordion with one section open

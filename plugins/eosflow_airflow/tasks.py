@@ -104,6 +104,31 @@ def _ledger_mark(settings) -> int:
         return store.ledger_mark(conn)
 
 
+@task(task_id="discover")
+def discover(entry: str) -> list[str]:
+    """A database entry's first step: its table topics found, each table's columns read from Debezium's
+    schema block, the members recorded; returns the members, one map index each in the tasks after (a
+    table added later is a new index, not a new DAG)."""
+    from eosflow.runners import database
+
+    settings = EosflowHook().settings()
+    declared = database.database_entry(settings, entry)
+    if declared is None:
+        raise AirflowFailException(f"{entry!r} is no longer a database entry of the pipelines file")
+    _, members = database.discover_members(settings, declared, log.info)
+    if not members:
+        raise AirflowSkipException(
+            f"no table topic {declared.topic_prefix}.<schema>.<table> with change records yet: nothing to run"
+        )
+    return members
+
+
+@task(task_id="job_args")
+def member_job_args(member: str) -> list[str]:
+    """A member's spark-submit arguments: its name and this DAG run's id (a retry reuses the plan)."""
+    return ["--pipeline", member, "--run-id", get_current_context()["run_id"]]
+
+
 @task(task_id="announce")
 def announce(pipeline_name: str, upstream: str = "plan") -> dict:
     """The output asset's event, only when this run committed rows: empty runs, and plans a cleared run

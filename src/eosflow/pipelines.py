@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from eosflow import names
+from eosflow.databases import declaration as databases
 from eosflow.errors import PipelineConfigError
 from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
@@ -176,6 +177,8 @@ def load_each(
     refused: dict[str, PipelineConfigError] = {}
     writers: dict[str, str] = {}
     for name, spec in entries.items():
+        if databases.is_database(spec):
+            continue  # its tables are its members (load_databases, member)
         try:
             pipeline = _parse(name, spec, f"{path}: pipeline {name!r}")
         except PipelineConfigError as exc:
@@ -203,17 +206,73 @@ def load_all(settings: Settings, path: Path | None = None) -> dict[str, Pipeline
 
 def load(settings: Settings, name: str, path: Path | None = None) -> Pipeline:
     """Pipeline `name`, or why it is refused: another pipeline's error does not stop it (a task of its
-    DAG, or `eosflow ingest --pipeline`, runs while a sibling waits for a fix)."""
+    DAG, or `eosflow ingest --pipeline`, runs while a sibling waits for a fix). A name the file does not
+    declare may be a database entry's member, as discovery recorded it in the warehouse."""
     found, refused = load_each(settings, path)
     if name in refused:
         raise refused[name]
-    if name not in found:
-        also = f" (refused: {', '.join(sorted(refused))})" if refused else ""
+    if name in found:
+        return found[name]
+    entries, refused_entries = load_databases(settings, path)
+    if name in entries or name in refused_entries:
+        if name in refused_entries:
+            raise refused_entries[name]
         raise PipelineConfigError(
-            f"unknown pipeline {name!r}; {path or pipelines_file(settings)} declares: "
-            f"{', '.join(sorted(found))}{also}"
+            f"{name!r} is a database entry: each of its tables is a pipeline of its own (`eosflow discover "
+            f"--pipeline {name}` lists them); `eosflow ingest --pipeline {name}` runs them all"
         )
-    return found[name]
+    for database in entries.values():
+        if name.startswith(f"{database.name}__") or database.names_member(name):
+            pipeline = member(settings, database, name)
+            if pipeline is not None:
+                return pipeline
+    also = f" (refused: {', '.join(sorted(refused))})" if refused else ""
+    raise PipelineConfigError(
+        f"unknown pipeline {name!r}; {path or pipelines_file(settings)} declares: "
+        f"{', '.join(sorted(found) + sorted(entries))}{also}"
+    )
+
+
+def load_databases(
+    settings: Settings, path: Path | None = None
+) -> tuple[dict[str, databases.Database], dict[str, PipelineConfigError]]:
+    """The file's `database:` entries that parse, and why each other one does not."""
+    path = path or pipelines_file(settings)
+    entries = read_file(path).get("pipelines")
+    found: dict[str, databases.Database] = {}
+    refused: dict[str, PipelineConfigError] = {}
+    for name, spec in (entries if isinstance(entries, dict) else {}).items():
+        if not databases.is_database(spec):
+            continue
+        try:
+            found[str(name)] = databases.parse(name, spec, f"{path}: pipeline {name!r}")
+        except PipelineConfigError as exc:
+            refused[str(name)] = exc
+    return found, refused
+
+
+def member(settings: Settings, database: databases.Database, name: str) -> Pipeline | None:
+    """Member `name` of `database` as discovery recorded it (None: no such member), parsed as any
+    pipeline is; refused while its table's records differ from its recorded shape (a conflict)."""
+    import psycopg
+
+    from eosflow.databases import store
+
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        try:
+            held = store.member(conn, database.name, name)
+        except psycopg.errors.UndefinedTable:
+            return None  # no warehouse migrated yet: no member discovered either
+    if held is None:
+        return None
+    where = f"member {name!r} of database entry {database.name!r} ({held.topic})"
+    if held.shape.conflict:
+        raise PipelineConfigError(
+            f"{where}: its table changed in a way eosflow does not apply: {held.shape.conflict}. Its runs "
+            "stop until a person decides; declare the table as a pipeline of its own to take the new shape"
+        )
+    spec = database.member_spec(held.source_schema, held.source_table, held.topic, held.shape)
+    return _parse(name, spec, where)
 
 
 # The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where

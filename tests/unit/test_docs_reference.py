@@ -93,11 +93,13 @@ def test_the_exit_code_page_lists_every_error_the_runs_map():
 
 def test_the_pipelines_page_lists_every_key_the_parsers_take(generator):
     from eosflow import pipelines
+    from eosflow.databases import declaration as databases
     from eosflow.schema import declaration
     from eosflow.sinks import registry
 
     in_code = {
         "Every pipeline": set(pipelines._PIPELINE_KEYS),
+        "A database entry (`database:`)": set(databases._ENTRY_KEYS),
         "Each column (`columns:`)": set(declaration._COLUMN_KEYS),
         "Publishers (`publishers:`)": set(generator.publisher_keys()),
         **{f"`sink: {kind}`": set(registry.sink_class(kind).keys) for kind in registry._BUILT_IN},
@@ -120,6 +122,7 @@ INTERNAL = {
     "_TooDeep": "schema.compiled: sends a deeply nested record to the Python check, which gives the verdict",
     "_Unconvertible": "schema.protobuf: becomes a rejected row's `not Protobuf: ...` reason",
     "_Stop": "stack.airflow_local: SIGTERM or SIGHUP turned into Ctrl-C's path",
+    "SchemaBlockError": "databases.discover: a table discovery refuses; its reason is the table's line",
 }
 
 
@@ -184,12 +187,13 @@ def test_an_ingest_that_fails_prints_its_outcome_then_its_entry(monkeypatch, cap
 
     from eosflow.cli import ingest
     from eosflow.ledger.positions import FencedError
-    from eosflow.runners import job
+    from eosflow.runners import database, job
 
     def fenced(*args, **kwargs):
         raise FencedError("batch b: another run committed orders[0] first")
 
     monkeypatch.setattr(job, "run", fenced)
+    monkeypatch.setattr(database, "database_entry", lambda settings, name: None)  # a pipeline, not a database
     args = argparse.Namespace(
         pipeline="orders", run_id=None, max_records=None, acknowledge_data_loss=False, range=None, mode=None
     )

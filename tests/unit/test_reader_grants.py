@@ -11,6 +11,8 @@ from eosflow.ledger.migrate import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATION = MIGRATIONS / "012_reader_reads_what_the_view_shows.sql"
+# Later migrations grant what they add (013: a database entry's members, by name and topic).
+LATER = sorted(p for p in MIGRATIONS.glob("*.sql") if p.name > MIGRATION.name)
 
 
 def grants(text: str) -> set[str]:
@@ -22,7 +24,8 @@ def grants(text: str) -> set[str]:
 
 
 def test_the_migration_and_the_administrators_script_grant_the_reader_the_same():
-    assert grants(MIGRATION.read_text()) == grants((ROOT / "docs" / "readonly-role.sql").read_text())
+    granted = grants(MIGRATION.read_text()).union(*(grants(p.read_text()) for p in LATER))
+    assert granted == grants((ROOT / "docs" / "readonly-role.sql").read_text())
 
 
 def test_the_reader_gets_no_raw_payload_no_blanket_select_and_no_statistics():

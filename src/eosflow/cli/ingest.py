@@ -11,12 +11,16 @@ import argparse
 import sys
 
 from eosflow import settings as settings_mod
-from eosflow.runners import backfill_run, job
+from eosflow.runners import backfill_run, database, job
 from eosflow.runners.outcomes import EXIT, reported
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
+    p.add_argument(
+        "--pipeline",
+        required=True,
+        help="a pipeline named in pipelines.yml (or a database entry: discovery, then every member)",
+    )
     p.add_argument(
         "--run-id",
         default=None,
@@ -67,6 +71,12 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
                 print("eosflow ingest: --range needs --mode and --run-id", file=sys.stderr)
                 return 2
             summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, log)
+        elif (entry := database.database_entry(settings, args.pipeline)) is not None:
+            done = database.run(
+                settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, log
+            )
+            print(done.table(), flush=True)
+            return done.exit_code
         else:
             summary = job.run(
                 settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from eosflow import settings as settings_mod
-from eosflow.errors import StackError
+from eosflow.errors import PipelineConfigError, StackError
 
 
 def _log(msg: str) -> None:
@@ -78,6 +78,24 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from eosflow.cli.backfill import execute
 
     return execute(args, settings_mod.load())
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    from eosflow.runners import database
+
+    settings = settings_mod.load()
+    try:
+        entry = database.database_entry(settings, args.pipeline)
+        if entry is None:
+            raise PipelineConfigError(
+                f"{args.pipeline!r} is not a database entry of the pipelines file (an entry with database:)"
+            )
+        _, members = database.discover_members(settings, entry, print)
+    except PipelineConfigError as exc:
+        _error(exc)
+        return 2
+    print(f"{args.pipeline}: {len(members)} members: {', '.join(members) or '(none yet)'}")
+    return 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -325,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("backfill", help="catch up or replay an offset range, validated first, in chunks")
     add_backfill_arguments(p)
     p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser(
+        "discover",
+        help="a database entry's tables found in Kafka, their columns read from Debezium's schema block",
+    )
+    p.add_argument("--pipeline", required=True, help="a database entry named in pipelines.yml")
+    p.set_defaults(func=cmd_discover)
 
     p = sub.add_parser("verify", help="dbt build: the invariants I1-I6 and the marts of one pipeline")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")

@@ -379,6 +379,9 @@ def postgres_source_config(
         "snapshot.mode": "initial",
         # a numeric arrives as its exact decimal text (see the module's docstring)
         "decimal.handling.mode": "string",
+        # each field's source column type in the schema block: a numeric's precision and scale, which a
+        # database entry's discovery declares (docs/DESIGN.md, "A whole database in one declaration")
+        "column.propagate.source.type": ".*",
         "tombstones.on.delete": "true",
         "key.converter": JSON_CONVERTER,
         "value.converter": JSON_CONVERTER,

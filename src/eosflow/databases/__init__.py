@@ -1,0 +1,1 @@
+"""A whole database in one declaration: Debezium table topics discovered as member pipelines."""
