@@ -379,3 +379,51 @@ def test_a_keyed_topic_is_a_state_topic_too_ordered_by_its_offsets(case):
     assert {headers(m)["eosflow-change-op"] for m in records} == {"u", "d"}
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
+
+
+def test_verify_accounts_for_the_records_compaction_removed_and_the_state_survives_it(case):
+    """Kafka's log cleaner, made eager on the output topic, removes a key's older records and a deleted
+    key's tombstone: verify counts them as compacted away, not lost, and a later run's restore still holds
+    each key's last change (an older re-delivery is still superseded). About a minute: the cleaner wakes
+    every 15 s (log.cleaner.backoff.ms) and takes a deleted key's tombstone on a second pass."""
+    output = as_state_topic(case)
+    src = Source(case)
+    eager = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "100",
+    }
+    ensure_topic(case.settings.bootstrap_servers, output, 2, config=eager, log=lambda m: None)
+    first = src.send("c", row(1, "a@x", notes="t"))
+    src.send("u", row(1, "a2@x", notes="t"))
+    src.send("u", row(1, "a3@x", notes="t"))
+    src.send("c", row(2, "b@x"))
+    src.send("d", row(2, None))
+    src.flush()
+    assert case.ingest().outcome == "committed"
+
+    deadline = time.monotonic() + 100
+    while True:  # each run rolls the partitions' segments (segment.ms), so the cleaner can take the old ones
+        time.sleep(2)
+        src.send("c", row(10 + int(time.monotonic()) % 2, "roll@x"))  # one key per partition, again and again
+        src.flush()
+        assert case.ingest().outcome == "committed"
+        left = [json.loads(m.key())["id"] for m in read_back(case, output)]
+        if left.count(1) == 1 and 2 not in left:
+            break
+        assert time.monotonic() < deadline, f"the log cleaner never compacted {output}: {left}"
+
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
+    assert "0 compacted away" not in result.table()
+    src.send("c", row(1, "a@x", notes="t"), lsn=first)  # re-delivered, older than what the key holds
+    src.send("u", row(1, "a4@x", notes=PLACEHOLDER))
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert last_per_key(read_back(case, output))[1] == row(1, "a4@x", notes="t")
+    (dead,) = read_back(case, f"{output}.rejected")
+    assert headers(dead)["eosflow-error"].startswith("superseded")
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()
