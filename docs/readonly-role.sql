@@ -16,8 +16,8 @@ grant select (pipeline, kafka_topic, kafka_partition, kafka_offset, kafka_timest
     on eosflow.rejected to eosflow_reader;
 -- No outbox and no other session's query text: a publisher's waiting rows are counted, and the open
 -- transactions that hold them named, by two functions eosflow's role owns and runs (SECURITY DEFINER).
--- A database entry's members, by name and topic (not their shapes).
-grant select (entry, member, topic, discovered_at, changed_at) on eosflow.members to eosflow_reader;
+-- A database entry's members: the view shows them as pipelines (their topics, column names and types).
+grant select on eosflow.members to eosflow_reader;
 grant execute on function eosflow.outbox_waiting(text, xid8), eosflow.open_transactions(double precision)
     to eosflow_reader;
 -- For eosflow.open_transactions to name other roles' sessions (state and age; pg_stat_activity shows them

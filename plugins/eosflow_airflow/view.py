@@ -89,13 +89,19 @@ def _readable(declared: Mapping[str, T], dag_id: Callable[[str], str], user) -> 
 
 def _pipelines(user, pipeline: str | None = None):
     """The reader's settings and the pipelines this user may read (only `pipeline`, if named)."""
-    from eosflow.pipelines import load_each
+    from eosflow.pipelines import load_databases, load_each, members
     from eosflow_airflow.hooks import EosflowHook
     from eosflow_airflow.tasks import ingest_dag_id
 
     settings = EosflowHook().reader_settings()
     declared, _ = load_each(settings)  # a refused pipeline has no DAG: Airflow's import errors name it
-    return settings, chosen(_readable(declared, ingest_dag_id, user), pipeline)
+    dag_of = {name: ingest_dag_id(name) for name in declared}
+    # A database entry's members, each shown as a pipeline to whoever may read the entry's one DAG.
+    for entry in load_databases(settings)[0].values():
+        for name, member in members(settings, entry).items():
+            declared.setdefault(name, member)
+            dag_of.setdefault(name, ingest_dag_id(entry.name))
+    return settings, chosen(_readable(declared, dag_of.__getitem__, user), pipeline)
 
 
 def _states(user, pipeline: str | None = None, partition: int | None = None):

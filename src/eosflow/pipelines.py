@@ -251,6 +251,30 @@ def load_databases(
     return found, refused
 
 
+def members(settings: Settings, database: databases.Database) -> dict[str, Pipeline]:
+    """Every member of `database` discovery recorded that parses (a refused one, a conflict among them,
+    is left out: its own runs say why), by name."""
+    import psycopg
+
+    from eosflow.databases import store
+
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        try:
+            held = store.members(conn, database.name)
+        except psycopg.errors.UndefinedTable:
+            return {}
+    found = {}
+    for m in held:
+        if m.shape.conflict:
+            continue
+        spec = database.member_spec(m.source_schema, m.source_table, m.topic, m.shape)
+        try:
+            found[m.member] = _parse(m.member, spec, f"member {m.member!r} of {database.name!r}")
+        except PipelineConfigError:
+            continue
+    return found
+
+
 def member(settings: Settings, database: databases.Database, name: str) -> Pipeline | None:
     """Member `name` of `database` as discovery recorded it (None: no such member), parsed as any
     pipeline is; refused while its table's records differ from its recorded shape (a conflict)."""

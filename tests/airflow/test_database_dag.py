@@ -85,3 +85,15 @@ def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
             f"select id, email, balance::text from {target}.customers order by id"
         ).fetchall() == [(1, "a2@x", "2.00")]
         assert conn.execute(f"select id, total::text from {target}.orders").fetchall() == [(10, "20.00")]
+
+    # The view shows each member as a pipeline, read as the read-only role (EosflowHook.reader_settings).
+    from eosflow.observe.state import snapshot
+    from eosflow.pipelines import load_databases, members
+    from eosflow_airflow.hooks import EosflowHook
+
+    reader = EosflowHook().reader_settings()
+    shown = members(reader, load_databases(reader)[0][entry])
+    assert sorted(shown) == [f"{entry}__customers", f"{entry}__orders"]
+    states = {s.pipeline.name: s for s in snapshot(reader, list(shown.values()))}
+    assert states[f"{entry}__customers"].totals["written"] == 4  # two creates, an update, a delete
+    assert not states[f"{entry}__orders"].kafka_error and states[f"{entry}__orders"].checks

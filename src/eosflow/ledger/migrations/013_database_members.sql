@@ -16,11 +16,12 @@ create table eosflow.members (
     unique (entry, topic)
 );
 
--- The view lists members as pipelines: their names and topics, not their shapes.
+-- The view shows members as it shows pipelines: it reads what a member's pipeline is made of (its topic and
+-- the shape: column names and types, nothing from the data).
 do $$
 begin
     if exists (select from pg_roles where rolname = 'eosflow_reader') then
-        grant select (entry, member, topic, discovered_at, changed_at) on eosflow.members to eosflow_reader;
+        grant select on eosflow.members to eosflow_reader;
     end if;
 end
 $$;
