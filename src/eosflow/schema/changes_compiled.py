@@ -1,0 +1,339 @@
+"""Debezium's JSON change check compiled: msgspec decodes and types the envelope in C.
+
+The envelope (`{"schema": ..., "payload": {...}}` or the payload alone) is one `msgspec.Struct` per
+declaration: `op` a Literal of c, r, u, d, t; `before` and `after` a Struct of the declared columns (by their
+top-level key); `source` a Struct of Debezium's PostgreSQL source block (`lsn`, `ts_ms` read, the others
+decoded only to be counted); every other known member of Debezium's envelope decoded as any JSON value. What
+C cannot finish, Python does with the Python check's own functions (eosflow.schema.changes and
+eosflow.schema.record): the placeholder test, Debezium's value forms (`_form`), each type's accept and the
+column's rules; a MicroTimestamp and a Date become their datetime and date directly (what the ISO text
+`_form` writes reads back as), and a jsonb's JSON text is read by msgspec with the same `Decimal` for its
+floats as `_form`'s decoder, `_form` itself where msgspec refuses the text or it may nest deeply.
+
+As eosflow.schema.compiled, the fast path only ever answers "a valid change, typed so"; every other record
+(rejected, a TOAST placeholder, a form only the Python check reads, a `payload` without its `schema`) it
+answers None and `ChangeCheck` runs its Python check, which gives every verdict and reason. So what must
+hold is that the fast path never accepts a record the Python check rejects, nor types one otherwise
+(tests/unit/test_change_check_compiled.py holds the two to the same answers, Python types included).
+
+What the Python check refuses as "not JSON", msgspec refuses too (malformed JSON, NaN and the infinities,
+trailing data, a document that is not an object, lone surrogates; invalid UTF-8 goes through Python's strict
+codec first), except duplicate keys, which msgspec resolves silently (the last one wins), and nesting, which
+it allows deeper. Duplicates are counted, with eosflow.schema.compiled's colon count: the value's ':'
+characters plus its `\\u003a` escapes are at least its members plus the colons in its strings (keys
+included), equal to them unless an escaped backslash precedes a `u003a`; msgspec's re-encoding of the
+decoded envelope (in C: one ':' after each key, none escaped in a string) holds exactly the decoded members
+and the colons of their strings. Equal counts mean every member was decoded and none lost to a duplicate.
+Otherwise (members no field names, such as another connector's source fields, or a duplicate), the whole
+document is decoded again as generic objects and counted the same way (eosflow.schema.compiled's second
+step), and an unequal count leaves the record to the Python check. A value with more than MAX_DEPTH '{' and
+'[' always takes that second step, which walks it and refuses nesting past MAX_DEPTH.
+
+A tombstone's key (Debezium's key, a JSON object of the key columns, its schema block or not) is read by
+`json.loads` in the Python check: duplicates resolved the same way, floats as `float`, so msgspec decodes
+it with `float_hook=float` and no count; a non-ASCII key, or one that may nest deeply, is left to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from eosflow.schema.changes import _EPOCH, _MAX_LSN, _PLACEHOLDER_B64, OPS, PLACEHOLDER, _form, _millis
+from eosflow.schema.compiled import MAX_DEPTH, whole_count
+from eosflow.schema.declaration import Column, RecordSchema
+from eosflow.schema.record import _INLINE_ACCEPT, _constraints, _rules
+from eosflow.schema.types import BAD, json_float
+
+_DAY_ZERO = date(1970, 1, 1)
+# Debezium's envelope and PostgreSQL source block (3.x): every member the common record holds is a field,
+# so that its count needs no second decode. A connector's other fields are counted by the second step.
+_ENVELOPE = ("transaction", "ts_ms", "ts_us", "ts_ns")
+_SOURCE = (
+    "version",
+    "connector",
+    "name",
+    "ts_ms",
+    "snapshot",
+    "db",
+    "sequence",
+    "ts_us",
+    "ts_ns",
+    "schema",
+    "table",
+    "txId",
+    "lsn",
+    "xmin",
+)
+# What msgspec refuses in a field's name (as eosflow.schema.compiled): a declaration reading such a key is
+# left to the Python check.
+_UNNAMEABLE = frozenset('\\"').union(map(chr, range(0x20)))
+_INLINE = frozenset(_INLINE_ACCEPT)  # text, uuid, bigint, integer, boolean: tested inline, as record's typed
+
+
+def _microseconds(v: int):
+    """io.debezium.time.MicroTimestamp as the datetime `instant` reads from the ISO text `_form` writes."""
+    return _EPOCH + timedelta(microseconds=v)  # OverflowError: the Python check decides
+
+
+def _days(v: int) -> date:
+    """io.debezium.time.Date as the date `_date` reads from the ISO text `_form` writes."""
+    return _DAY_ZERO + timedelta(days=v)
+
+
+def _is_placeholder(v: object) -> bool:
+    t = type(v)
+    if t is str:
+        return v in (PLACEHOLDER, _PLACEHOLDER_B64)
+    return t is list and len(v) == 1 and v[0] == PLACEHOLDER
+
+
+_JSON_TEXT = msgspec.json.Decoder(float_hook=Decimal).decode
+
+
+def _jsonb(v: object) -> object:
+    """io.debezium.data.Json's text read as `_form` reads it (json with Decimal floats): by msgspec when
+    it takes the text, which then reads it the same (duplicates: the last value, in the first one's
+    place); json itself for what msgspec refuses (NaN, a lone surrogate) or what may nest deeply."""
+    if type(v) is not str:
+        return v
+    if v.count("{") + v.count("[") <= MAX_DEPTH:
+        try:
+            return _JSON_TEXT(v)
+        except msgspec.DecodeError:
+            pass
+    return _form("jsonb", v)
+
+
+def _annotation(column: Column) -> object:
+    """The msgspec type of a column's field: what C decodes exactly as json would, else any JSON value."""
+    declared = column.type.declared
+    if declared in ("text", "uuid"):
+        return str
+    if declared in ("bigint", "integer"):
+        return int
+    if declared == "boolean":
+        return bool
+    if declared in ("timestamptz", "date"):
+        return int | str  # MicroTimestamp and Date as integers; ZonedTimestamp (or a date's text) as text
+    return Any  # numeric, double, jsonb, bytea, arrays: floats through the Python check's own parse_float
+
+
+def _column_lines(i: int, column: Column, required: bool, scope: dict[str, object]) -> list[str]:
+    """Lines taking field f<i> of the image `img` into v<i>, refusing (return None) what the Python
+    check would not take as it is: missing when required, a placeholder, a failed accept or rule."""
+    v, declared = f"v{i}", column.type.declared
+    body: list[str] = []
+    if declared in ("text", "uuid"):
+        body += [f"if {v} == P or {v} == P64:", "    return None"]
+    if declared in _INLINE:  # as record._compile_typed: the type's accept and storability inline
+        tests = [_INLINE_ACCEPT[declared].format(v=v), *_constraints(column, v, i, scope)]
+    else:
+        scope[f"accept{i}"] = column.type.accept
+        if declared in ("timestamptz", "date"):
+            convert = "microseconds" if declared == "timestamptz" else "days"
+            body += [
+                f"if type({v}) is int:",
+                f"    {v} = {convert}({v})",
+                f"elif {v} == P or {v} == P64:",
+                "    return None",
+                "else:",
+                f"    {v} = accept{i}({v})",
+            ]
+        else:
+            convert = f"jsonb({v})" if declared == "jsonb" else f"form({declared!r}, {v})"
+            body += [f"if is_placeholder({v}):", "    return None", f"{v} = accept{i}({convert})"]
+        tests = [f"{v} is not BAD"]
+        for k, rule in enumerate(_rules(column)):
+            scope[f"rule{i}_{k}"] = rule
+            tests.append(f"rule{i}_{k}({v}) is None")
+    body += [f"if not ({' and '.join(tests)}):", "    return None"]
+    missing = "    return None" if required else f"    {v} = None"
+    return [
+        f"{v} = img.f{i}",
+        f"if {v} is UNSET or {v} is None:",
+        missing,
+        "else:",
+        *(f"    {b}" for b in body),
+    ]
+
+
+def _image_function(columns: tuple[Column, ...], required: tuple[bool, ...], name: str) -> Callable:
+    """An image Struct -> its columns' typed values, or None where the Python check must decide."""
+    scope: dict[str, object] = {
+        "UNSET": UNSET,
+        "BAD": BAD,
+        "P": PLACEHOLDER,
+        "P64": _PLACEHOLDER_B64,
+        "is_placeholder": _is_placeholder,
+        "microseconds": _microseconds,
+        "days": _days,
+        "jsonb": _jsonb,
+        "form": _form,
+        "__name__": __name__,
+    }
+    lines = [f"def {name}(img):"]
+    for i, column in enumerate(columns):
+        lines += [f"    {line}" for line in _column_lines(i, column, required[i], scope)]
+    lines.append(f"    return [{', '.join(f'v{i}' for i in range(len(columns)))}]")
+    exec("\n".join(lines), scope)  # noqa: S102 - the source is built above from the declaration's types
+    return scope[name]
+
+
+def _image_struct(columns: tuple[Column, ...], extra: list[tuple] | None = None) -> type:
+    """The image's Struct; with `extra` fields, a tombstone's key, which holds no other member (json.loads
+    reads what msgspec would skip unchecked, such as an integer of more than 4300 digits)."""
+    fields = [(f"f{i}", _annotation(c) | None | UnsetType, UNSET) for i, c in enumerate(columns)]
+    return msgspec.defstruct(
+        "Image" if extra is None else "Key",
+        [*fields, *(extra or [])],
+        rename={f"f{i}": c.path[0] for i, c in enumerate(columns)},
+        kw_only=True,
+        # The source table's other columns: counted by the second step.
+        forbid_unknown_fields=extra is not None,
+        gc=False,
+    )
+
+
+def _any_fields(names: tuple[str, ...]) -> list[tuple]:
+    return [(name, Any, UNSET) for name in names]
+
+
+class _Whole:
+    """The decoders eosflow.schema.compiled's second step (`whole_count`) takes."""
+
+    def __init__(self) -> None:
+        self.decode_any = msgspec.json.Decoder().decode
+        self.encode = msgspec.json.Encoder().encode
+
+
+class CompiledChanges:
+    """The fast path of a `changes: debezium`, `format: json` declaration's ChangeCheck."""
+
+    def __init__(self, schema: RecordSchema, columns: tuple[Column, ...]) -> None:
+        self.columns = columns
+        self.width = len(columns)
+        key = set(schema.primary_key)
+        self.key_indexes = tuple(i for i, c in enumerate(columns) if c.name in key)
+        self.full = _image_function(columns, tuple(c.required or c.name in key for c in columns), "full")
+        # A delete's image (and the key of a tombstone) may hold only the key.
+        self.loose = _image_function(columns, tuple(c.name in key for c in columns), "loose")
+        image = _image_struct(columns)
+        source = msgspec.defstruct("Source", _any_fields(_SOURCE), kw_only=True, gc=False)
+        envelope = [
+            ("op", Literal[OPS] | UnsetType, UNSET),
+            ("before", image | None | UnsetType, UNSET),
+            ("after", image | None | UnsetType, UNSET),
+            ("source", source | None | UnsetType, UNSET),
+            *_any_fields(_ENVELOPE),
+        ]
+        payload = msgspec.defstruct("Envelope", envelope, kw_only=True, gc=False)
+        top = msgspec.defstruct(
+            "Document",
+            [*envelope, ("schema", Any, UNSET), ("payload", payload | UnsetType, UNSET)],
+            kw_only=True,
+            gc=False,
+        )
+        hook = Decimal if schema.exact_decimals else json_float  # the Python check's parse_float
+        self._decode = msgspec.json.Decoder(top, float_hook=hook).decode
+        self._encode = msgspec.json.Encoder().encode
+        self._whole = whole_count(_Whole(), ())  # type: ignore[arg-type]
+        names = {c.path[0] for c in columns}
+        if names.isdisjoint({"schema", "payload"}):
+            payload_key = _image_struct(columns, [])
+            key_doc = _image_struct(
+                columns, [("schema", Any, UNSET), ("payload", payload_key | None | UnsetType, UNSET)]
+            )
+            self._decode_key = msgspec.json.Decoder(key_doc, float_hook=float).decode  # json.loads' floats
+        else:
+            self._decode_key = None
+
+    def envelope(self, value: bytes) -> list | None:
+        """A Debezium JSON value (not a tombstone, within the size limit) -> its typed columns and
+        [op, lsn, ts, None], or None: the Python check decides."""
+        if not value.isascii():
+            try:
+                value.decode("utf-8")  # strict, as the Python check's
+            except UnicodeDecodeError:
+                return None
+        try:
+            doc = self._decode(value)
+            c = value.count(b":")
+            if b"\\u003" in value:  # a colon escaped (or an escaped backslash before u003a: counted too)
+                c += value.count(b"\\u003a") + value.count(b"\\u003A")
+            if (
+                c != self._encode(doc).count(b":") or value.count(b"{") + value.count(b"[") > MAX_DEPTH
+            ) and c != self._whole(value):
+                return None  # a duplicate key, or a document msgspec reads otherwise: the Python check's
+            payload = doc.payload
+            if payload is not UNSET:
+                if doc.schema is UNSET:
+                    return None  # a payload without a schema block is no envelope of the converter's
+                doc = payload
+            op = doc.op
+            if op is UNSET:
+                return None
+            source = doc.source
+            if source is UNSET or source is None:
+                lsn, raw_ts = None, doc.ts_ms
+            else:
+                lsn, raw_ts = source.lsn, source.ts_ms
+                if lsn is UNSET or lsn is None:
+                    lsn = None
+                elif type(lsn) is not int or not 0 <= lsn <= _MAX_LSN:
+                    return None
+                if raw_ts is UNSET:
+                    raw_ts = doc.ts_ms
+            if op == "t":
+                return [*([None] * self.width), op, lsn, _millis(raw_ts), None]
+            image = doc.before if op == "d" else doc.after
+            if image is UNSET or image is None:
+                return None
+            typed = (self.loose if op == "d" else self.full)(image)
+            if typed is None:
+                return None
+            typed += (op, lsn, _millis(raw_ts), None)
+            return typed
+        except Exception:  # any refusal, nesting too deep among them: the Python check decides
+            return None
+
+    def tombstone(self, key: bytes) -> list | None:
+        """A tombstone's key -> the key columns' values (NULL elsewhere) and ["-", None, None, None], or
+        None: the Python check decides (it also makes a key it cannot read NULLs)."""
+        decode = self._decode_key
+        if decode is None or not key or not key.isascii() or key.count(b"{") + key.count(b"[") > MAX_DEPTH:
+            return None
+        try:
+            doc = decode(key)
+            payload = doc.payload
+            typed = self.loose(doc if payload is UNSET or payload is None else payload)
+        except Exception:  # any refusal: the Python check decides
+            return None
+        if typed is None:
+            return None
+        values: list = [None] * self.width
+        for i in self.key_indexes:
+            values[i] = typed[i]
+        values += ("-", None, None, None)
+        return values
+
+
+def compile_changes(schema: RecordSchema, columns: tuple[Column, ...]) -> CompiledChanges | None:
+    """The fast path of a Debezium JSON change check whose image columns are `columns`; None for a
+    declaration it does not take: a column read from a nested path, two columns on one key, a key no
+    Struct field can be named, a primary key column read from another key than its name."""
+    if schema.changes != "debezium" or schema.format != "json":
+        return None
+    keys = [c.path[0] if c.path else None for c in columns]
+    if any(len(c.path) != 1 or type(c.path[0]) is not str or c.meta is not None for c in columns):
+        return None
+    if len(set(keys)) != len(keys) or any(not _UNNAMEABLE.isdisjoint(k) for k in keys):
+        return None
+    if any(c.path != (c.name,) for c in columns if c.name in schema.primary_key):
+        return None  # the Python check tests the key by the column's name
+    return CompiledChanges(schema, columns)
