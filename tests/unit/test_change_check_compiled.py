@@ -20,6 +20,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark import cloudpickle
 
 from eosflow.bench.change_load import envelope, generate
 from eosflow.pipelines import _parse
@@ -612,3 +613,14 @@ def test_odd_envelopes_get_the_same_answers(text) -> None:
 )
 def test_odd_tombstone_keys_get_the_same_answers(key) -> None:
     assert_same("every", key, None)
+
+
+def test_a_check_used_once_still_pickles_as_spark_ships_it() -> None:
+    """A BatchCheck's change check may be built before Spark ships it by value: msgspec's decoders do not
+    pickle, so the fast path is rebuilt from its declaration where it is loaded."""
+    fast, python = _pair("customers")
+    key, value = _bench_records(100, 10, seed=1)[0]
+    expected = python(key, value)
+    assert fast(key, value) == expected
+    copy = cloudpickle.loads(cloudpickle.dumps(fast))
+    assert copy.fast is not None and copy(key, value) == expected and copy.fallbacks == 0

@@ -242,6 +242,7 @@ class CompiledChanges:
     """The fast path of a `changes: debezium`, `format: json` declaration's ChangeCheck."""
 
     def __init__(self, schema: RecordSchema, columns: tuple[Column, ...]) -> None:
+        self.schema = schema
         self.columns = columns
         self.width = len(columns)
         key = set(schema.primary_key)
@@ -278,6 +279,11 @@ class CompiledChanges:
             self._decode_key = msgspec.json.Decoder(key_doc, float_hook=float).decode  # json.loads' floats
         else:
             self._decode_key = None
+
+    def __reduce__(self) -> tuple[type, tuple[RecordSchema, tuple[Column, ...]]]:
+        # Pickled as its declaration and rebuilt where it is loaded (Spark ships a check by value): msgspec's
+        # types and decoders do not pickle.
+        return CompiledChanges, (self.schema, self.columns)
 
     def envelope(self, value: bytes) -> list | None:
         """A Debezium JSON value (not a tombstone, within the size limit) -> its typed columns and
