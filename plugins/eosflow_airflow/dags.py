@@ -47,6 +47,7 @@ from eosflow_airflow.tasks import (
     publish_rows,
     publisher_health,
     validate_backfill,
+    validate_member_backfill,
     verify,
 )
 from eosflow_airflow.wake import wake_group_id, wake_trigger
@@ -234,6 +235,83 @@ BY_TIME = "Range by time (instead of offsets)"
 ADVANCED = "Topic and chunk size"
 
 
+def _backfill_params() -> dict[str, Param]:
+    """The backfill form: what every backfill DAG asks (a database entry's adds the table)."""
+    return {
+        "mode": Param(
+            "catch-up",
+            enum=list(MODES),
+            values_display={
+                "catch-up": "Catch up: read forward from the stored position",
+                "replay": "Replay: re-read and re-commit offsets already committed",
+            },
+            title="Mode",
+            description="A catch-up starts at the pipeline's stored position; a replay replaces what "
+            "was committed for the range (e.g. after a transform change).",
+        ),
+        "partitions": Param("all", type="string", title="Partitions", description="all, or a list like 0,2."),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run: only validate and list the chunks",
+            description="Checks the whole request and lists the chunks in the validate task's log; no "
+            "Spark job runs and nothing is committed (spark_chunk and verify show as skipped).",
+        ),
+        "from_offset": Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="From offset",
+            description="First offset of the range in each chosen partition (a catch-up must start at "
+            "the stored position). Empty: the stored position (catch-up) or the first committed "
+            "offset (replay).",
+            section=BY_OFFSET,
+        ),
+        "to_offset": Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            title="To offset (exclusive)",
+            description="End of the range, not included. Empty: the last stable offset (catch-up) or "
+            "the stored position (replay).",
+            section=BY_OFFSET,
+        ),
+        "from_time": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="From time",
+            description="Instead of From offset: the first record at or after this time, in each "
+            "partition. The picker uses the UI's time zone; through the API, ISO-8601 with a zone.",
+            section=BY_TIME,
+        ),
+        "to_time": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="To time",
+            description="Instead of To offset: the range ends before the first record at or after this time.",
+            section=BY_TIME,
+        ),
+        "topic": Param(
+            None,
+            type=["null", "string"],
+            title="Topic",
+            description="Only for a pipeline reading several topics; empty: the pipeline's only topic.",
+            section=ADVANCED,
+        ),
+        "chunk_size": Param(
+            100_000,
+            type="integer",
+            minimum=1,
+            title="Chunk size (offsets per Spark job)",
+            description="Each chunk is one Spark job and one commit; the chunks of a partition commit "
+            "in order.",
+            section=ADVANCED,
+        ),
+    }
+
+
 def build_backfill_dag(pipeline: Pipeline) -> DAG:
     """The pipeline's own backfill DAG: the pipeline is the DAG's, not a param, so Airflow's per-DAG
     permissions say who may replay which pipeline (one DAG for all would let anyone who may trigger it
@@ -250,82 +328,7 @@ def build_backfill_dag(pipeline: Pipeline) -> DAG:
         tags=["eosflow", "backfill", f"pipeline:{pipeline.name}"],
         # A form, not a list of raw names: titles, sections, a date-time picker for the time bounds, and a
         # dry run. The keys stay as they were: `conf` of the REST API and the CLI use them.
-        params={
-            "mode": Param(
-                "catch-up",
-                enum=list(MODES),
-                values_display={
-                    "catch-up": "Catch up: read forward from the stored position",
-                    "replay": "Replay: re-read and re-commit offsets already committed",
-                },
-                title="Mode",
-                description="A catch-up starts at the pipeline's stored position; a replay replaces what "
-                "was committed for the range (e.g. after a transform change).",
-            ),
-            "partitions": Param(
-                "all", type="string", title="Partitions", description="all, or a list like 0,2."
-            ),
-            "dry_run": Param(
-                False,
-                type="boolean",
-                title="Dry run: only validate and list the chunks",
-                description="Checks the whole request and lists the chunks in the validate task's log; no "
-                "Spark job runs and nothing is committed (spark_chunk and verify show as skipped).",
-            ),
-            "from_offset": Param(
-                None,
-                type=["null", "integer"],
-                minimum=0,
-                title="From offset",
-                description="First offset of the range in each chosen partition (a catch-up must start at "
-                "the stored position). Empty: the stored position (catch-up) or the first committed "
-                "offset (replay).",
-                section=BY_OFFSET,
-            ),
-            "to_offset": Param(
-                None,
-                type=["null", "integer"],
-                minimum=0,
-                title="To offset (exclusive)",
-                description="End of the range, not included. Empty: the last stable offset (catch-up) or "
-                "the stored position (replay).",
-                section=BY_OFFSET,
-            ),
-            "from_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="From time",
-                description="Instead of From offset: the first record at or after this time, in each "
-                "partition. The picker uses the UI's time zone; through the API, ISO-8601 with a zone.",
-                section=BY_TIME,
-            ),
-            "to_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="To time",
-                description="Instead of To offset: the range ends before the first record at or after "
-                "this time.",
-                section=BY_TIME,
-            ),
-            "topic": Param(
-                None,
-                type=["null", "string"],
-                title="Topic",
-                description="Only for a pipeline reading several topics; empty: the pipeline's only topic.",
-                section=ADVANCED,
-            ),
-            "chunk_size": Param(
-                100_000,
-                type="integer",
-                minimum=1,
-                title="Chunk size (offsets per Spark job)",
-                description="Each chunk is one Spark job and one commit; the chunks of a partition commit "
-                "in order.",
-                section=ADVANCED,
-            ),
-        },
+        params=_backfill_params(),
         doc_md=f"Catches up or replays `{pipeline.name}` ({', '.join(pipeline.topics)} -> "
         f"{_output(pipeline)}). Validates everything first (partitions, bounds, stored position, committed "
         "ranges); then one Spark job per chunk, in order per partition; then the invariants. "
@@ -341,6 +344,43 @@ def build_backfill_dag(pipeline: Pipeline) -> DAG:
         # The pipeline's own output asset, as its ingest DAG emits it (the marts DAG is scheduled on it).
         announce_rows = announce.override(inlets=input_assets(pipeline), outlets=[output_asset(pipeline)])
         loads >> verify(pipeline.name) >> announce_rows(pipeline.name, upstream="validate")
+
+    return backfill()
+
+
+def build_database_backfill_dag(database: databases.Database) -> DAG:
+    """A database entry's backfill DAG: the form of a pipeline's, and the table (a member's name). Who may
+    trigger it may backfill every table of the entry, as who may trigger its ingest DAG ingests them all."""
+
+    @dag(
+        dag_id=backfill_dag_id(database.name),
+        description=f"Catch up or replay an offset range of one table of {database.name}, in ordered chunks",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=DEFAULT_ARGS,
+        tags=["eosflow", "backfill", "database", f"pipeline:{database.name}"],
+        params={
+            "member": Param(
+                "",
+                type="string",
+                title="Table (member)",
+                description=f"The member pipeline to backfill, e.g. {database.name}__customers "
+                f"(`eosflow discover --pipeline {database.name}` lists them).",
+            ),
+        }
+        | _backfill_params(),
+        doc_md=f"Catches up or replays one table of `{database.name}`: name its member. A replay of a "
+        "state table replaces the range's changelog rows and recomputes every key they held from the "
+        "changelog. Validates everything first; then one Spark job per chunk; then the member's checks.",
+    )
+    def backfill():
+        chunks = validate_member_backfill(database.name)
+        loads = EosflowSparkSubmitOperator.partial(
+            **spark_job("spark_chunk", max_active_tis_per_dagrun=1)
+        ).expand(application_args=chunks)
+        loads >> verify("{{ params.member }}")
 
     return backfill()
 

@@ -217,12 +217,37 @@ def validate_backfill(pipeline_name: str) -> list[list[str]]:
     the right to replay that pipeline. A dry run (param dry_run) checks and lists the chunks the same
     way, then returns none.
     """
+    context = get_current_context()
+    _refuse_another_pipeline(pipeline_name, (context["dag_run"].conf or {}).get("pipeline"))
+    return _backfill_chunks(pipeline_name, context)
+
+
+@task(task_id="validate")
+def validate_member_backfill(entry: str) -> list[list[str]]:
+    """A database entry's backfill: the form's table must be one of the entry's members (never another
+    pipeline: the entry's DAG grants no right to it); then as any pipeline's."""
+    from eosflow import pipelines
+
+    context = get_current_context()
+    member = str(context["params"].get("member") or "")
+    settings = EosflowHook().settings()
+    declared = pipelines.load_databases(settings)[0].get(entry)
+    if declared is None:
+        raise AirflowFailException(f"{entry!r} is no longer a database entry of the pipelines file")
+    known = pipelines.members(settings, declared)
+    if member not in known:
+        raise AirflowFailException(
+            f"{backfill_dag_id(entry)} backfills the tables of {entry!r}, and {member or 'no table'!r} is "
+            f"not one of its members: {', '.join(sorted(known)) or '(none discovered yet)'}; nothing was run"
+        )
+    return _backfill_chunks(member, context)
+
+
+def _backfill_chunks(pipeline_name: str, context) -> list[list[str]]:
     from eosflow.ledger.backfill import BackfillError, BackfillRequest
     from eosflow.runners import backfill_run
 
-    context = get_current_context()
     params, run_id = context["params"], context["run_id"]
-    _refuse_another_pipeline(pipeline_name, (context["dag_run"].conf or {}).get("pipeline"))
     try:
         request = BackfillRequest(
             pipeline_name,

@@ -97,3 +97,16 @@ def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
     states = {s.pipeline.name: s for s in snapshot(reader, list(shown.values()))}
     assert states[f"{entry}__customers"].totals["written"] == 4  # two creates, an update, a delete
     assert not states[f"{entry}__orders"].kafka_error and states[f"{entry}__orders"].checks
+
+    # The entry's backfill DAG: the form's table must be one of its members; a dry run lists the chunks.
+    from eosflow_airflow.dags import build_database_backfill_dag
+
+    backfill = build_database_backfill_dag(declared_databases()[entry])
+    stranger = backfill.test(run_conf={"member": "orders", "mode": "replay"})
+    assert str(stranger.state) == "failed" and _states(stranger)["validate"] == "failed"
+    dry = backfill.test(run_conf={"member": f"{entry}__customers", "mode": "replay", "dry_run": True})
+    assert str(dry.state) == "success", _states(dry)
+    (validate,) = [ti for ti in dry.get_task_instances() if ti.task_id == "validate"]
+    assert validate.xcom_pull(task_ids="validate", key="chunks") == [
+        f"{customers.topic}[0] [0, 4) (4 offsets)"
+    ]

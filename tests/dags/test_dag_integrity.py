@@ -421,3 +421,48 @@ def test_the_spark_timeout_is_configurable_and_refuses_nonsense(monkeypatch):
         monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", bad)
         with pytest.raises(ValueError, match="EOSFLOW_SPARK_TIMEOUT_MINUTES"):
             execution_timeout()
+
+
+# -- A whole database in one declaration ---------------------------------------------------------------
+def test_a_database_entry_gets_one_ingest_and_one_backfill_dag_parsed_without_kafka_or_the_warehouse(
+    tmp_path, monkeypatch
+):
+    """Its members are found when the DAG runs (discover), so parsing asks neither Kafka nor Postgres; a
+    refused entry is an import error naming it, as a refused pipeline is."""
+    import psycopg
+    import yaml
+    from airflow.dag_processing.dagbag import DagBag
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body["pipelines"]["shop"] = {
+        "database": {"topic_prefix": "shop"},
+        "changes": "debezium",
+        "target_schema": "replica",
+    }
+    body["pipelines"]["broken_db"] = {"database": {"topic_prefix": "x"}, "changes": "keyed"}
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump(body))
+    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"I/O at DAG import: {args[:2]}")
+
+    with monkeypatch.context() as io:
+        io.setattr(socket.socket, "connect", refuse)
+        io.setattr(socket, "create_connection", refuse)
+        io.setattr(psycopg, "connect", refuse)
+        bag = DagBag(dag_folder=str(DAGS))
+    ingest, backfill = bag.dags["eosflow_ingest_shop"], bag.dags["eosflow_backfill_shop"]
+    assert [t.task_id for t in ingest.topological_sort()] == [
+        "discover",
+        "member.job_args",
+        "member.spark_ingest",
+        "member.verify",
+    ]
+    assert ingest.max_active_runs == 1 and "database" in ingest.tags
+    assert backfill.params.get_param("member").schema["type"] == "string"
+    assert "eosflow_ingest_orders" in bag.dag_ids  # the file's pipelines keep theirs
+    [(where, error)] = bag.import_errors.items()
+    assert (
+        where.endswith("eosflow_config_errors.py") and "'broken_db'" in error and "changes: debezium" in error
+    )
