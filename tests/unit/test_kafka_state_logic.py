@@ -123,9 +123,11 @@ def test_restore_keeps_each_keys_last_record_and_its_last_row(parts):
             (k, None, [(POSITION_HEADER, b"20/0/1")]),
             (b'{"tenant":"t1","id":2}', b"{}", None),  # no position: lowest
             (None, b"x", None),
+            # A consumed message's headers, read only when the key is asked for.
+            (b'{"tenant":"t1","id":3}', b"{}", lambda: [(POSITION_HEADER, b"7/0/4"), ("other", b"x")]),
         ]
     )
-    assert read == 4
+    assert read == 5 and state.held(b'{"tenant":"t1","id":3}').position == (7, 0, 4)
     held = state.held(k)
     assert (held.position, held.value, held.image) == ((20, 0, 1), None, row)
     assert state.held(b'{"tenant":"t1","id":2}').position == LOWEST

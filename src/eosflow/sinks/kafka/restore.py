@@ -52,7 +52,7 @@ def _records(kafka: Mapping[str, str], topic: str, partition: int) -> Iterator[t
                     if error.code() == KafkaError._PARTITION_EOF:
                         return
                     continue
-                yield m.key(), m.value(), m.headers()
+                yield m.key(), m.value(), m.headers  # read when asked: state.PartitionState.held
             if batch:
                 idle_since = time.monotonic()
         raise ReadBackIncompleteError(

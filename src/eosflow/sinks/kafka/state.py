@@ -67,6 +67,19 @@ def parse_position(raw: bytes | str | None) -> Position | None:
         return None
 
 
+Headers = Sequence[tuple[str, bytes | None]] | Callable[[], Sequence[tuple[str, bytes | None]] | None] | None
+
+
+def _position_header(headers: Headers) -> Position | None:
+    found = headers() if callable(headers) else headers
+    if not found:
+        return None
+    name, raw = found[-1]  # eosflow writes the position last: look there first
+    if name != POSITION_HEADER:
+        raw = next((v for k, v in found if k == POSITION_HEADER), None)
+    return parse_position(raw)
+
+
 @dataclass
 class Held:
     """What one key holds in its output partition: its last record, and its last row image."""
@@ -128,8 +141,8 @@ class PartitionState:
         self.output_format = output_format
         self.decode = decode
         self.keys: dict[bytes, Held] = {}  # produced by this run, or restored and asked for since
-        # Restored from the output partition: key -> (position header, last value, last non-null value).
-        self.restored: dict[bytes, tuple[bytes | None, bytes | None, bytes | None]] = {}
+        # Restored from the output partition: key -> (its headers, last value, last non-null value).
+        self.restored: dict[bytes, tuple[Headers, bytes | None, bytes | None]] = {}
 
     def _json(self, typed: Sequence[object]) -> bytes:
         return json_value(self.names, typed)
@@ -143,36 +156,30 @@ class PartitionState:
 
     # --- the restore
 
-    def restore(self, records: Iterable[tuple[bytes | None, bytes | None, Sequence | None]]) -> int:
+    def restore(self, records: Iterable[tuple[bytes | None, bytes | None, Headers]]) -> int:
         """Each key's last record from (key, value, headers) in offset order; returns the records read.
-        Positions stay the header's bytes until a change of the key asks (most keys never are)."""
+        headers: the record's, or a function giving them (a consumed message's `headers`): read only
+        when a change of the key asks for its position (most keys never are; reading every record's
+        headers took a third of a restore)."""
         n = 0
         restored = self.restored
         for key, value, headers in records:
             n += 1
             if key is None:
                 continue
-            raw = None
-            if headers:  # eosflow writes the position last: look there first
-                name, raw = headers[-1]
-                if name != POSITION_HEADER:
-                    raw = next((v for k, v in headers if k == POSITION_HEADER), None)
             if value is None:
                 before = restored.get(key)
-                restored[key] = (raw, None, before[2] if before is not None else None)
+                restored[key] = (headers, None, before[2] if before is not None else None)
             else:
-                restored[key] = (raw, value, value)
+                restored[key] = (headers, value, value)
         return n
-
-    def __len__(self) -> int:
-        return len(self.restored.keys() | self.keys.keys())
 
     def held(self, key: bytes) -> Held | None:
         """What `key` holds: what this run produced, else its restored record."""
         held = self.keys.get(key)
         if held is None and (found := self.restored.get(key)) is not None:
-            raw, value, image = found
-            held = self.keys[key] = Held(parse_position(raw) or LOWEST, value, image)
+            headers, value, image = found
+            held = self.keys[key] = Held(_position_header(headers) or LOWEST, value, image)
         return held
 
     # --- a change
