@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -269,7 +270,8 @@ def members(settings: Settings, database: databases.Database) -> dict[str, Pipel
             continue
         spec = database.member_spec(m.source_schema, m.source_table, m.topic, m.shape)
         try:
-            found[m.member] = _parse(m.member, spec, f"member {m.member!r} of {database.name!r}")
+            parsed = _parse(m.member, spec, f"member {m.member!r} of {database.name!r}")
+            found[m.member] = _as_member(parsed, m.shape.fields)
         except PipelineConfigError:
             continue
     return found
@@ -296,7 +298,12 @@ def member(settings: Settings, database: databases.Database, name: str) -> Pipel
             "stop until a person decides; declare the table as a pipeline of its own to take the new shape"
         )
     spec = database.member_spec(held.source_schema, held.source_table, held.topic, held.shape)
-    return _parse(name, spec, where)
+    return _as_member(_parse(name, spec, where), held.shape.fields)
+
+
+def _as_member(pipeline: Pipeline, fields: frozenset[str]) -> Pipeline:
+    """A member's pipeline refuses an image field its discovery has not seen (DESIGN: `not declared yet`)."""
+    return dataclasses.replace(pipeline, schema=dataclasses.replace(pipeline.schema, image_fields=fields))
 
 
 # The settings that describe a pipeline's records (eosflow.schema.declaration), as opposed to where

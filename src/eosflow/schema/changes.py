@@ -144,6 +144,13 @@ class ChangeCheck:
         return self._image(image, op, lsn, ts)
 
     def _image(self, image: dict, op: str, lsn: int | None, ts: datetime | None) -> Result:
+        known = self.schema.image_fields
+        if known is not None and not known.issuperset(image):
+            new = sorted(str(k) for k in image if k not in known)[:5]
+            return (
+                f"not declared yet: field(s) {new} of the table are not in its declaration (a column added "
+                "in the source after the last discovery): run `eosflow discover`, then replay this range"
+            ), None
         image, unchanged = debezium_forms(image, self.columns)
         for c in self.key_columns:
             if image.get(c.name) is None:

@@ -211,17 +211,24 @@ def _image_function(columns: tuple[Column, ...], required: tuple[bool, ...], nam
     return scope[name]
 
 
-def _image_struct(columns: tuple[Column, ...], extra: list[tuple] | None = None) -> type:
+def _image_struct(
+    columns: tuple[Column, ...], extra: list[tuple] | None = None, known: frozenset[str] | None = None
+) -> type:
     """The image's Struct; with `extra` fields, a tombstone's key, which holds no other member (json.loads
-    reads what msgspec would skip unchecked, such as an integer of more than 4300 digits)."""
+    reads what msgspec would skip unchecked, such as an integer of more than 4300 digits). `known`: a
+    database member's image fields (RecordSchema.image_fields): any other field fails the decode, and the
+    Python check rejects the record as `not declared yet`."""
     fields = [(f"f{i}", _annotation(c) | None | UnsetType, UNSET) for i, c in enumerate(columns)]
+    declared = {c.path[0] for c in columns}
+    others = sorted((known or frozenset()) - declared)
     return msgspec.defstruct(
         "Image" if extra is None else "Key",
-        [*fields, *(extra or [])],
-        rename={f"f{i}": c.path[0] for i, c in enumerate(columns)},
+        [*fields, *((f"o{i}", Any, UNSET) for i in range(len(others))), *(extra or [])],
+        rename={f"f{i}": c.path[0] for i, c in enumerate(columns)}
+        | {f"o{i}": n for i, n in enumerate(others)},
         kw_only=True,
         # The source table's other columns: counted by the second step.
-        forbid_unknown_fields=extra is not None,
+        forbid_unknown_fields=extra is not None or known is not None,
         gc=False,
     )
 
@@ -250,7 +257,7 @@ class CompiledChanges:
         self.full = _image_function(columns, tuple(c.required or c.name in key for c in columns), "full")
         # A delete's image (and the key of a tombstone) may hold only the key.
         self.loose = _image_function(columns, tuple(c.name in key for c in columns), "loose")
-        image = _image_struct(columns)
+        image = _image_struct(columns, known=schema.image_fields)
         source = msgspec.defstruct("Source", _any_fields(_SOURCE), kw_only=True, gc=False)
         envelope = [
             ("op", Literal[OPS] | UnsetType, UNSET),
@@ -262,7 +269,9 @@ class CompiledChanges:
         payload = msgspec.defstruct("Envelope", envelope, kw_only=True, gc=False)
         top = msgspec.defstruct(
             "Document",
-            [*envelope, ("schema", Any, UNSET), ("payload", payload | UnsetType, UNSET)],
+            # The schema block as its text: the same for every change of a table's version, so it is checked
+            # once (`_schema_braces`) instead of decoded and counted with every record.
+            [*envelope, ("schema", msgspec.Raw | UnsetType, UNSET), ("payload", payload | UnsetType, UNSET)],
             kw_only=True,
             gc=False,
         )
@@ -270,6 +279,7 @@ class CompiledChanges:
         self._decode = msgspec.json.Decoder(top, float_hook=hook).decode
         self._encode = msgspec.json.Encoder().encode
         self._whole = whole_count(_Whole(), ())  # type: ignore[arg-type]
+        self._schemas: dict[bytes, int] = {}  # schema blocks checked: their '{' and '[' characters
         names = {c.path[0] for c in columns}
         if names.isdisjoint({"schema", "payload"}):
             payload_key = _image_struct(columns, [])
@@ -295,12 +305,17 @@ class CompiledChanges:
                 return None
         try:
             doc = self._decode(value)
+            braces = value.count(b"{") + value.count(b"[")
+            if doc.schema is not UNSET:  # re-encoded verbatim: checked on its own (its braces too)
+                schema = bytes(doc.schema)
+                inner = self._schemas.get(schema)
+                if inner is None and (inner := self._schema_braces(schema)) is None:
+                    return None
+                braces -= inner
             c = value.count(b":")
             if b"\\u003" in value:  # a colon escaped (or an escaped backslash before u003a: counted too)
                 c += value.count(b"\\u003a") + value.count(b"\\u003A")
-            if (
-                c != self._encode(doc).count(b":") or value.count(b"{") + value.count(b"[") > MAX_DEPTH
-            ) and c != self._whole(value):
+            if (c != self._encode(doc).count(b":") or braces > MAX_DEPTH) and c != self._whole(value):
                 return None  # a duplicate key, or a document msgspec reads otherwise: the Python check's
             payload = doc.payload
             if payload is not UNSET:
@@ -333,6 +348,17 @@ class CompiledChanges:
             return typed
         except Exception:  # any refusal, nesting too deep among them: the Python check decides
             return None
+
+    def _schema_braces(self, schema: bytes) -> int | None:
+        """A schema block's '{' and '[' characters once it is known to hold no duplicate key, no ':' escaped
+        and no nesting past MAX_DEPTH (the second step's count of it alone); None if it may."""
+        colons = schema.count(b":")
+        if b"\\u003" in schema or colons != self._whole(schema):  # _TooDeep: the caller's refusal
+            return None
+        if len(self._schemas) >= 64:  # a table's versions, a few topics: more is no stream of one table
+            self._schemas.clear()
+        braces = self._schemas[schema] = schema.count(b"{") + schema.count(b"[")
+        return braces
 
     def tombstone(self, key: bytes) -> list | None:
         """A tombstone's key -> the key columns' values (NULL elsewhere) and ["-", None, None, None], or

@@ -89,6 +89,9 @@ class RecordSchema:
     # columns then end with the change's own (eosflow.schema.changes.CHANGE_COLUMNS, meta "change").
     changes: str | None = None
     primary_key: tuple[str, ...] = ()
+    # A database entry's member: every field of a change's image its discovery knows (declared or left
+    # out); an image holding another is rejected as `not declared yet`, never dropped. None: any field.
+    image_fields: frozenset[str] | None = None
     # The declaration as written, canonical JSON: what a declaration version is (eosflow.declarations).
     canonical: str = field(default="{}", compare=False)
 
