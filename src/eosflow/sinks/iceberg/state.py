@@ -286,7 +286,11 @@ def _held_positions(last: pa.Table, held: pa.Table, tombstones: pa.Table, key: l
 
 
 def _held(table, touched: pa.Table, old_keys: list[dict], key: list[str], wanted: pa.Schema) -> pa.Table:
-    """The rows the table holds for the touched keys (and the old keys of moved rows), every column."""
+    """The rows the table holds for the touched keys (and the old keys of moved rows), every column.
+
+    PyIceberg binds a scan's filter again for every file it reads, so an In of 10,000 keys over 1,000 files
+    took 90 s (measured): the scan's filter is the keys' range on the first key column (files pruned by
+    their column bounds, one cheap bind a file), and the exact keys are a semi-join in Arrow."""
     if table.current_snapshot() is None:
         return wanted.empty_table()
     keys = touched.group_by(key, use_threads=False).aggregate([])
@@ -295,15 +299,27 @@ def _held(table, touched: pa.Table, old_keys: list[dict], key: list[str], wanted
         keys = pa.concat_tables([keys, more]).group_by(key, use_threads=False).aggregate([])
     if keys.num_rows == 0:
         return wanted.empty_table()
-    found = table.scan(row_filter=_match(keys, key), selected_fields=tuple(wanted.names)).to_arrow()
-    return found.select(wanted.names).cast(wanted)
+    found = table.scan(row_filter=_bounds(keys, key), selected_fields=tuple(wanted.names)).to_arrow()
+    found = found.select(wanted.names).cast(wanted)
+    return found.join(keys, key, join_type="left semi").select(wanted.names)
+
+
+def _bounds(keys: pa.Table, key: list[str]):
+    """The range of the keys' first column, as an Iceberg filter (what prunes files by their bounds)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+
+    low, high = pc.min_max(keys[key[0]]).values()
+    return And(GreaterThanOrEqual(key[0], low.as_py()), LessThanOrEqual(key[0], high.as_py()))
 
 
 def _match(keys: pa.Table, key: list[str]):
-    """The rows of `keys` as an Iceberg filter: In on one key column, an Or of Ands on several."""
+    """The rows of `keys` as an Iceberg filter: In on one key column, an Or of Ands on several; within the
+    keys' range, which prunes the files a delete reads (PyIceberg prunes by an In of at most 200 values
+    only)."""
+    from pyiceberg.expressions import And
     from pyiceberg.table.upsert_util import create_match_filter
 
-    return create_match_filter(keys, key)
+    return And(_bounds(keys, key), create_match_filter(keys, key))
 
 
 def _or(filters: list):
