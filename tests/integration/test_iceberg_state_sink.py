@@ -13,10 +13,12 @@ import pytest
 
 from eosflow.sinks.iceberg.config import PROPERTIES_ENV
 from eosflow.verify import verify_pipeline
-from tests.integration.lakes import lake_properties
+from tests.integration.lakes import LAKES, lake_properties
 from tests.integration.test_change_streams import COLUMNS, Source
 
 pytestmark = pytest.mark.integration
+# The catalog's commit and the store's files differ by lake; each test here takes a few seconds on each.
+every_lake = pytest.mark.parametrize("lake", LAKES, indirect=True)
 STATE_CHECKS = (
     "state_keys_unique",
     "state_coordinates_committed",
@@ -68,7 +70,7 @@ def verified(case) -> None:
     assert {c.name for c in result.checks} == set(STATE_CHECKS)
 
 
-@pytest.mark.parametrize("lake", ["sql", "rest"], indirect=True)
+@every_lake
 def test_changes_leave_one_row_per_key_its_last_change_and_a_rerun_changes_nothing(case, lake):
     table = as_iceberg_state(case)
     src = Source(case)
@@ -100,6 +102,7 @@ def test_changes_leave_one_row_per_key_its_last_change_and_a_rerun_changes_nothi
     verified(case)
 
 
+@every_lake
 def test_a_redelivered_older_change_in_a_later_run_never_overwrites_nor_brings_a_deleted_key_back(case):
     table = as_iceberg_state(case)
     src = Source(case)
@@ -258,3 +261,44 @@ def test_verify_names_the_keys_of_a_table_doctored_behind_eosflows_back(case):
     assert failed["state_coordinates_committed"][0]["id"] == 3
     assert failed["state_holds_no_deleted_key"][0]["id"] == 3
     assert failed["state_holds_last_changes"][0]["id"] == 1
+
+
+def test_compact_keeps_the_state_and_its_tombstones_and_removes_the_staged_changes(case, monkeypatch):
+    """The staged changes are never in a snapshot: compact removes them; the tombstone file the table's
+    properties name stays, so a re-delivered older create still does not bring its deleted key back."""
+    from pathlib import Path
+
+    import psycopg
+
+    from eosflow.sinks.iceberg.catalog import catalog
+    from eosflow.sinks.iceberg.state import STAGED_FOLDER, tombstone_file
+
+    table = as_iceberg_state(case)
+    src = Source(case)
+    created = {
+        i: src.send("c", {"id": i, "email": f"{i}@x", "balance": None, "notes": None}) for i in (1, 2, 3)
+    }
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.send("d", {"id": 2, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    src.send("d", {"id": 3, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"  # a second tombstone file: the first is now unreferenced
+    location = Path(catalog(case.settings).load_table(table).location().removeprefix("file://"))
+    staged = len(list((location / STAGED_FOLDER).glob("*.parquet")))
+    assert staged >= 3  # a file a partition a run
+    monkeypatch.setenv("EOSFLOW_ICEBERG_SNAPSHOT_HOURS", "0")
+    monkeypatch.setenv("EOSFLOW_ICEBERG_ORPHAN_HOURS", "0")
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        done = case.pipeline.sink.compact(conn, case.pipeline, None, lambda m: None)
+    assert done.removed_files >= staged + 1  # the runs' staged changes, the first tombstone file
+    assert list((location / STAGED_FOLDER).glob("*.parquet")) == []
+    current = tombstone_file(catalog(case.settings).load_table(table))
+    assert current is not None and Path(current.removeprefix("file://")).exists()
+    src.send("c", {"id": 2, "email": "2@x", "balance": None, "notes": None}, lsn=created[2])  # re-delivered
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {1: ("1@x", None, None)}
+    verified(case)
