@@ -230,12 +230,21 @@ def test_compaction_runs_hourly_and_never_twice_at_once(dagbag):
 # -- Kafka-woken ingest DAGs (wake_on_records) ----------------------------------------------------------
 def orders_declared(tmp_path, monkeypatch, **changes):
     """The project's pipelines file with the orders pipeline changed, its DAGs parsed with no I/O allowed."""
+    import yaml
+
+    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body["pipelines"]["orders"].update(changes)
+    bag = parsed_without_io(tmp_path, monkeypatch, body)
+    assert bag.import_errors == {}
+    return bag
+
+
+def parsed_without_io(tmp_path, monkeypatch, body: dict):
+    """The DAG folder parsed with `body` as the pipelines file, no network or database I/O allowed."""
     import psycopg
     import yaml
     from airflow.dag_processing.dagbag import DagBag
 
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
-    body["pipelines"]["orders"].update(changes)
     path = tmp_path / "pipelines.yml"
     path.write_text(yaml.safe_dump(body))
     monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
@@ -247,9 +256,7 @@ def orders_declared(tmp_path, monkeypatch, **changes):
         io.setattr(socket.socket, "connect", refuse)
         io.setattr(socket, "create_connection", refuse)
         io.setattr(psycopg, "connect", refuse)
-        bag = DagBag(dag_folder=str(DAGS))
-    assert bag.import_errors == {}
-    return bag
+        return DagBag(dag_folder=str(DAGS))
 
 
 @pytest.fixture
@@ -429,9 +436,7 @@ def test_a_database_entry_gets_one_ingest_and_one_backfill_dag_parsed_without_ka
 ):
     """Its members are found when the DAG runs (discover), so parsing asks neither Kafka nor Postgres; a
     refused entry is an import error naming it, as a refused pipeline is."""
-    import psycopg
     import yaml
-    from airflow.dag_processing.dagbag import DagBag
 
     body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
     body["pipelines"]["shop"] = {
@@ -440,18 +445,7 @@ def test_a_database_entry_gets_one_ingest_and_one_backfill_dag_parsed_without_ka
         "target_schema": "replica",
     }
     body["pipelines"]["broken_db"] = {"database": {"topic_prefix": "x"}, "changes": "keyed"}
-    path = tmp_path / "pipelines.yml"
-    path.write_text(yaml.safe_dump(body))
-    monkeypatch.setenv("EOSFLOW_PIPELINES", str(path))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"I/O at DAG import: {args[:2]}")
-
-    with monkeypatch.context() as io:
-        io.setattr(socket.socket, "connect", refuse)
-        io.setattr(socket, "create_connection", refuse)
-        io.setattr(psycopg, "connect", refuse)
-        bag = DagBag(dag_folder=str(DAGS))
+    bag = parsed_without_io(tmp_path, monkeypatch, body)
     ingest, backfill = bag.dags["eosflow_ingest_shop"], bag.dags["eosflow_backfill_shop"]
     assert [t.task_id for t in ingest.topological_sort()] == [
         "discover",
