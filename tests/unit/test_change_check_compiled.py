@@ -563,6 +563,7 @@ def test_a_placeholder_in_any_column_gets_the_same_answer(name, value) -> None:
 
 
 ROW_JSON = json.dumps(test_change_check.ROW)
+DEEP = "[" * 3000 + "]" * 3000  # past the interpreter's recursion limit: json and msgspec both refuse it
 
 
 @pytest.mark.parametrize(
@@ -587,6 +588,8 @@ ROW_JSON = json.dumps(test_change_check.ROW)
         '{"op": "c", "after": {"id": 7, "email": "e", "profile": "' + "[" * 5000 + "]" * 5000 + '"}}',
         '{"op": "c", "after": {"id": 7, "email": "e", "seen": -62135596800000001, "born": 2932897}}',
         '{"op": "c", "after": {"id": 7, "email": "e", "balance": "1e400"}}',
+        '{"schema": {}, "payload": {"op": "c", "after": @ROW, "transaction": ' + DEEP + "}}",
+        '{"op": "c", "after": @ROW, "transaction": ' + DEEP + "}",
         '{"op": "c", "after": {"id": 7, "email": "e", "balance": " 12.5 "}}',
     ],
 )
@@ -624,3 +627,24 @@ def test_a_check_used_once_still_pickles_as_spark_ships_it() -> None:
     assert fast(key, value) == expected
     copy = cloudpickle.loads(cloudpickle.dumps(fast))
     assert copy.fast is not None and copy(key, value) == expected and copy.fallbacks == 0
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{"type": "struct", "fields": [{"field": "id"}, {"field": "email"}]}',  # checked once, then known
+        '{"type": "struct", "type": "struct"}',
+        '{"fields": [{"a": 1, "b": {"c": 2, "c": 2}}]}',
+        '{"name": "a\\u003ab"}',
+        '{"name": "\\ud800"}',
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        '{"a": ' * (MAX_DEPTH + 1) + "1" + "}" * (MAX_DEPTH + 1),
+        "[" * 3000 + "]" * 3000,
+        "null",
+        "NaN",
+    ],
+)
+def test_a_schema_block_is_checked_as_the_rest_of_the_document(schema) -> None:
+    value = '{"schema": %s, "payload": {"op": "c", "after": %s}}' % (schema, ROW_JSON)  # noqa: UP031
+    for _ in range(2):  # the second time, a schema block the fast path knows
+        assert_same("change_check", None, value.encode())
