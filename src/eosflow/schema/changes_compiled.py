@@ -29,7 +29,10 @@ and the colons of their strings. Equal counts mean every member was decoded and 
 Otherwise (members no field names, such as another connector's source fields, or a duplicate), the whole
 document is decoded again as generic objects and counted the same way (eosflow.schema.compiled's second
 step), and an unequal count leaves the record to the Python check. A value with more than MAX_DEPTH '{' and
-'[' always takes that second step, which walks it and refuses nesting past MAX_DEPTH.
+'[' always takes that second step, which walks it and refuses nesting past MAX_DEPTH. The schema block is
+kept as its text (msgspec.Raw, re-encoded verbatim, so its colons count the same on both sides) and checked
+on its own by that second step, once per distinct block (a table's changes share one): no duplicate key, no
+escaped colon, no nesting past MAX_DEPTH; the rest of the value's braces are then counted without its.
 
 A tombstone's key (Debezium's key, a JSON object of the key columns, its schema block or not) is read by
 `json.loads` in the Python check: duplicates resolved the same way, floats as `float`, so msgspec decodes
