@@ -4,6 +4,8 @@ Each Spark task produces its range's records and commits the consumed offsets in
 transaction (produce.py); the run then mirrors the committed ranges into the ledger (ledger_mirror.py),
 and the next run first mirrors whatever a crash left unmirrored. `eosflow verify` reads Kafka back
 (verify.py); `eosflow kafka transactions` shows and aborts open transactions (transactions.py).
+A change stream's output topic is its state, compacted: each range restores its partition's last record
+per key before producing (state.py, restore.py), and verify checks each key's last record (verify_state.py).
 """
 
 from __future__ import annotations
