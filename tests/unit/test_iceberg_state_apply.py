@@ -168,3 +168,64 @@ def test_a_keyed_stream_without_lsn_orders_by_partition_and_offset(lake):
     apply(lake, Batch().add("u", 1, "a@x").add("u", 1, "b@x"))
     apply(lake, Batch().add("u", 1, "c@x").add("u", 2, "z@x"))  # offsets 0, 1 again: not later
     assert {k: r["email"] for k, r in rows(lake).items()} == {1: "b@x", 2: "z@x"}
+
+
+def test_a_placeholder_with_nothing_earlier_to_fill_it_is_counted(lake):
+    """The key moved from a row deleted in an earlier batch: no value to take (left NULL, and said)."""
+    make(lake)
+    apply(lake, Batch().add("c", 1, "a@x", "long", lsn=10).add("d", 1, lsn=20))
+    done = apply(lake, Batch().add("c", 2, "a@x", lsn=21, unchanged=["notes"], old_key=1))
+    assert done.unfilled == 1 and "left NULL" in done.line()
+    assert rows(lake)[2]["notes"] is None
+
+
+COMPOSITE = parse_schema(
+    {
+        "columns": [
+            {"name": "region", "type": "text", "required": True},
+            {"name": "id", "type": "bigint", "required": True},
+            {"name": "email", "type": "text", "required": True},
+        ],
+        "changes": "debezium",
+        "primary_key": ["region", "id"],
+    },
+    "test",
+)
+
+
+def test_a_composite_primary_key_finds_and_replaces_its_rows(lake):
+    table = catalog.ensure_table(
+        lake, "lake.composite", state.columns(COMPOSITE, False), lambda m: None, COMPOSITE.primary_key
+    )
+    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == [
+        "region",
+        "id",
+    ]
+
+    def batch(changes: list[tuple]) -> pa.Table:
+        b = Batch()
+        for op, region, id_, email, lsn in changes:
+            b.add(op, id_, email, lsn=lsn)
+            b.rows[-1]["region"] = region
+            del b.rows[-1]["notes"]
+        types = dict(valid_columns(COMPOSITE))
+        names = [c.name for c in state.declared(COMPOSITE)] + list(state.STAGED)
+        return pa.Table.from_pylist(b.rows, schema=pa.schema([(n, types[n]) for n in names]))
+
+    def apply_to(changes):
+        t = lake.load_table("lake.composite")
+        done = state.plan_state(t, batch(changes), COMPOSITE, False, "b")
+        with t.transaction() as tx:
+            if done.deleted is not None:
+                tx.delete(done.deleted)
+            if done.appended.num_rows:
+                tx.append(done.appended)
+            tx.set_properties(done.properties or {"x": "1"})
+        found = lake.load_table("lake.composite").scan().to_arrow().to_pylist()
+        return sorted((r["region"], r["id"], r["email"]) for r in found)
+
+    apply_to([("c", "eu", 1, "a", 10), ("c", "us", 1, "b", 11), ("c", "eu", 2, "c", 12)])
+    assert apply_to([("u", "us", 1, "b2", 20), ("d", "eu", 2, None, 21), ("u", "eu", 1, "old", 5)]) == [
+        ("eu", 1, "a"),
+        ("us", 1, "b2"),
+    ]

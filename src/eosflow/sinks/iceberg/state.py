@@ -160,7 +160,7 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
     """What the batch's `changes` do to the state table as `table` (its loaded snapshot) holds it."""
     key = list(schema.primary_key)
     wanted = table_schema(table)
-    changes = changes.append_column(_LSN, pc.fill_null(changes["change_lsn"], -1))
+    changes = _as_table_types(changes, wanted).append_column(_LSN, pc.fill_null(changes["change_lsn"], -1))
     truncate, truncated_now = _truncate(table, changes)
     keyed = changes.filter(pc.is_in(changes["change_op"], value_set=pa.array(KEYED_OPS)))
     done = Applied(None, wanted.empty_table(), changes=keyed.num_rows)
@@ -200,6 +200,15 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
     if not soft:
         done.properties |= _new_tombstones(table, tombstones, deletes, images, truncate, key, batch_id)
     return done
+
+
+def _as_table_types(changes: pa.Table, wanted: pa.Schema) -> pa.Table:
+    """The staged columns in the types the table reads back (PyIceberg reads text as large_string): Arrow
+    joins only keys of one type."""
+    for i, name in enumerate(changes.column_names):
+        if name in wanted.names and changes.schema.field(i).type != wanted.field(name).type:
+            changes = changes.set_column(i, name, pc.cast(changes[name], wanted.field(name).type))
+    return changes
 
 
 def table_schema(table) -> pa.Schema:
@@ -493,9 +502,11 @@ def fill_unchanged(changes: pa.Table, held: pa.Table, schema: RecordSchema) -> t
             place = _place_of(row)
             candidates = [c for c in candidates if _place_of(c) < place]
             source = max(candidates, key=_place_of) if candidates else None
+            # A change older than the row the key holds is not applied: nothing to fill it for.
+            superseded = k in held_rows and _place_of(held_rows[k]) > place
             for name in names:
                 if source is None or source.get(name) is None:
-                    unfilled += source is None
+                    unfilled += source is None and not superseded
                     continue
                 row[name] = source[name]
             row["change_unchanged"] = None
