@@ -5,7 +5,8 @@ older changes never win, deletes (hard and soft) and truncates, TOAST placeholde
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -229,3 +230,52 @@ def test_a_composite_primary_key_finds_and_replaces_its_rows(lake):
         ("eu", 1, "a"),
         ("us", 1, "b2"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("declared", "keys"),
+    [
+        ("text", ["a", "b", "c"]),
+        ("uuid", ["00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b",
+                  "00000000-0000-0000-0000-00000000000c"]),
+        ("numeric(10,2)", [Decimal("1.10"), Decimal("2.20"), Decimal("3.30")]),
+        ("timestamptz", [datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 3)]),
+        ("date", [date(2026, 1, d) for d in (1, 2, 3)]),
+        ("integer", [1, 2, 3]),
+    ],
+)  # fmt: skip
+def test_every_key_type_finds_and_replaces_its_rows(lake, declared, keys):
+    schema = parse_schema(
+        {
+            "columns": [
+                {"name": "k", "type": declared, "required": True},
+                {"name": "email", "type": "text", "required": True},
+            ],
+            "changes": "debezium",
+            "primary_key": ["k"],
+        },
+        "test",
+    )
+    catalog.ensure_table(lake, "lake.typed", state.columns(schema, False), lambda m: None, ("k",))
+    types = dict(valid_columns(schema))
+    names = [c.name for c in state.declared(schema)] + list(state.STAGED)
+
+    def apply_to(changes: list[tuple]) -> dict:
+        b = Batch()
+        for op, k, email, lsn in changes:
+            b.add(op, 0, email, lsn=lsn)
+            b.rows[-1]["k"] = k
+        t = lake.load_table("lake.typed")
+        staged = pa.Table.from_pylist(b.rows, schema=pa.schema([(n, types[n]) for n in names]))
+        done = state.plan_state(t, staged, schema, False, "b")
+        with t.transaction() as tx:
+            if done.deleted is not None:
+                tx.delete(done.deleted)
+            if done.appended.num_rows:
+                tx.append(done.appended)
+            tx.set_properties(done.properties or {"x": "1"})
+        return {r["k"]: r["email"] for r in lake.load_table("lake.typed").scan().to_arrow().to_pylist()}
+
+    a, b, c = keys
+    apply_to([("c", a, "a", 10), ("c", b, "b", 11), ("c", c, "c", 12)])
+    assert apply_to([("u", a, "a2", 20), ("d", b, None, 21), ("c", b, "old", 5)]) == {a: "a2", c: "c"}
