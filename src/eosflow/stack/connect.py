@@ -47,7 +47,6 @@ import json
 import re
 import secrets
 import stat
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -57,9 +56,10 @@ from pathlib import Path
 from typing import Any
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
+from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.stack import process, start_lock
+from eosflow.stack import process
+from eosflow.stack.jvm_service import JvmService
 from eosflow.stack.secret_files import write_secret
 
 START_TIMEOUT_S = 120.0
@@ -89,16 +89,18 @@ class ConnectDetails:
     source_conninfo: str = field(repr=False)  # a libpq conninfo with the password in it
 
 
-class ConnectService:
+class ConnectService(JvmService):
     name = "connect"
+    title = "Kafka Connect"
+    main = MAIN
+    heap = "384m"
+    start_timeout_s = START_TIMEOUT_S
+    poll_s = 0.5
 
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.home = settings.state_dir / "connect"
+        super().__init__(settings)
         self.config = self.home / "worker.properties"
         self.log4j = self.home / "log4j2.properties"
-        self.log_path = self.home / "connect.log"
-        self.pid_file = self.home / "connect.pid"
         # A properties file (password=...), as Kafka's FileConfigProvider reads it.
         self.password_file = self.home / "source.password"
 
@@ -119,9 +121,8 @@ class ConnectService:
     def plugin_path(self) -> Path:
         return jars.folder(self.s, "connect") / "plugins"
 
-    def pid(self) -> int | None:
-        # The worker's properties file is on the command line and names this state folder.
-        return process.owned_pid(self.pid_file, str(self.config))
+    def marker(self) -> str:
+        return str(self.config)  # the worker's properties file, on the command line, names this folder
 
     def healthy(self, timeout: float = 3.0) -> bool:
         """The REST API answers and lists Debezium's PostgreSQL connector among its plugins."""
@@ -131,57 +132,23 @@ class ConnectService:
             return False
         return any(p.get("class") == POSTGRES_CONNECTOR for p in plugins)
 
-    def prepare(self, log=print) -> None:
-        prereqs.java()
-        jars.fetch(self.s, "connect", log=log)
+    def not_healthy(self) -> str:
+        return f"Kafka Connect did not list {POSTGRES_CONNECTOR} {self.start_timeout_s:.0f}s after start"
 
-    def start(self, log=print) -> None:
-        with start_lock.held(self.home / "start.lock"):
-            self._start(log)
+    def jvm_args(self) -> list[str]:
+        return ["-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self.log4j}"]
 
-    def _start(self, log) -> None:
-        if self.pid() is not None:
-            if not self.healthy():
-                self._wait_healthy(self.pid())
-            provision_source(self.s)  # Postgres may have been reset since, or another database asked for
-            return
-        self.prepare(log=log)
+    def main_args(self) -> list[str]:
+        return [str(self.config)]
+
+    def configure(self, log) -> None:
         self._require_broker()
-        provision_source(self.s)
-        process.require_free_ports("Kafka Connect", self.s.kafka_host, self.ports())
-        self.home.mkdir(parents=True, exist_ok=True)
+        provision_source(self.s)  # before the worker: a Postgres without logical decoding is refused first
         self.config.write_text(self._worker_properties())
         self.log4j.write_text(LOG4J2)
-        log(f"starting Kafka Connect with Debezium on {self.endpoint()} (log: {self.log_path})")
-        with self.log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    prereqs.java(),
-                    "-Xmx384m",
-                    "-XX:+UseSerialGC",  # one small heap, no parallel GC threads: a smaller idle RSS
-                    "-Djava.awt.headless=true",
-                    f"-Dlog4j2.configurationFile={self.log4j}",
-                    "-cp",
-                    jars.classpath(self.s, "connect"),
-                    MAIN,
-                    str(self.config),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.home,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        self._wait_healthy(proc.pid, proc)
 
-    def stop(self, log=print) -> None:
-        pid = self.pid()
-        if pid is None:
-            return
-        log(f"stopping Kafka Connect (pid {pid})")
-        process.stop_pid(pid)
-        self.pid_file.unlink(missing_ok=True)
+    def ready(self, log) -> None:
+        provision_source(self.s)  # again if it was running: Postgres may have been reset since (idempotent)
 
     def reset(self) -> None:
         """The log and the worker's files go; its state is in the broker's topics, which a stack reset
@@ -235,17 +202,6 @@ config.providers.file.param.allowed.paths={self.home}
 # The broker does not create topics on first write: connectors say how to make theirs.
 topic.creation.enable=true
 """
-
-    def _wait_healthy(self, pid: int, proc: subprocess.Popen | None = None) -> None:
-        def died() -> str | None:
-            alive = proc.poll() is None if proc is not None else process.pid_alive(pid)
-            return None if alive else f"Kafka Connect exited during start-up:\n{process.tail(self.log_path)}"
-
-        if not process.wait_until(self.healthy, START_TIMEOUT_S, interval=0.5, abort=died):
-            raise StackError(
-                f"Kafka Connect did not list {POSTGRES_CONNECTOR} {START_TIMEOUT_S:.0f}s after start. "
-                f"See {self.log_path}:\n{process.tail(self.log_path)}"
-            )
 
 
 # -- the source database ---------------------------------------------------------------------------------

@@ -23,30 +23,29 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import process, start_lock
+from eosflow.stack.jvm_service import JvmService
 
 START_TIMEOUT_S = 60.0
 MAIN = "org.apache.iceberg.rest.RESTCatalogServer"
 STORAGES = ("file", "s3")
 
 
-class IcebergRestService:
+class IcebergRestService(JvmService):
     name = "iceberg-rest"
+    title = "the Iceberg REST catalog"
+    main = MAIN
+    heap = "256m"
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.home = settings.state_dir / "iceberg-rest"
+        super().__init__(settings)
         self.catalog_db = self.home / "catalog.db"
         self.warehouse_dir = self.home / "warehouse"
-        self.log_path = self.home / "iceberg-rest.log"
-        self.pid_file = self.home / "iceberg-rest.pid"
 
     def ports(self) -> dict[str, int]:
         return {"EOSFLOW_ICEBERG_REST_PORT": self.s.iceberg_rest_port}
@@ -63,9 +62,11 @@ class IcebergRestService:
             return f"s3://{self.s.s3_bucket}/iceberg-rest"
         return self.warehouse_dir.as_uri()
 
-    def pid(self) -> int | None:
-        # A marker naming this state folder is on the command line (-Deosflow.state=...).
-        return process.owned_pid(self.pid_file, self._marker())
+    def marker(self) -> str:
+        return f"-Deosflow.state={self.home}"  # the server takes no file argument: a marker names the folder
+
+    def jvm_args(self) -> list[str]:
+        return [self.marker()]
 
     def healthy(self, timeout: float = 3.0) -> bool:
         try:
@@ -76,62 +77,16 @@ class IcebergRestService:
 
     def prepare(self, log=print) -> None:
         self._storage()
-        prereqs.java()
-        jars.fetch(self.s, "iceberg-rest", log=log)
+        super().prepare(log=log)
 
-    def start(self, log=print) -> None:
-        with start_lock.held(self.home / "start.lock"):
-            self._start(log)
-
-    def _start(self, log) -> None:
-        if self.pid() is not None:
-            if not self.healthy():
-                self._wait_healthy(self.pid())
-            return
-        self.prepare(log=log)
-        env = self._environment(log)
-        process.require_free_ports("the Iceberg REST catalog", self.s.kafka_host, self.ports())
-        self.home.mkdir(parents=True, exist_ok=True)
+    def configure(self, log) -> dict[str, str]:
         self.warehouse_dir.mkdir(exist_ok=True)
-        log(
-            f"starting the Iceberg REST catalog on {self.endpoint()}, warehouse {self.warehouse()} "
-            f"(log: {self.log_path})"
-        )
-        with self.log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    prereqs.java(),
-                    "-Xmx256m",
-                    "-XX:+UseSerialGC",  # one small heap, no parallel GC threads: a smaller idle RSS
-                    self._marker(),
-                    "-cp",
-                    jars.classpath(self.s, "iceberg-rest"),
-                    MAIN,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.home,
-                env=env,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        self._wait_healthy(proc.pid, proc)
-
-    def stop(self, log=print) -> None:
-        pid = self.pid()
-        if pid is None:
-            return
-        log(f"stopping the Iceberg REST catalog (pid {pid})")
-        process.stop_pid(pid)
-        self.pid_file.unlink(missing_ok=True)
+        log(f"the Iceberg REST catalog's warehouse: {self.warehouse()}")
+        return self._environment(log)
 
     def reset(self) -> None:
         """The catalog and its file warehouse go (tables it kept in the S3 server stay there)."""
         shutil.rmtree(self.home, ignore_errors=True)
-
-    def _marker(self) -> str:
-        return f"-Deosflow.state={self.home}"
 
     def _storage(self) -> str:
         storage = self.s.iceberg_rest_storage
@@ -172,18 +127,3 @@ class IcebergRestService:
                 AWS_SECRET_ACCESS_KEY=details.secret_key,
             )
         return env
-
-    def _wait_healthy(self, pid: int, proc: subprocess.Popen | None = None) -> None:
-        def died() -> str | None:
-            alive = proc.poll() is None if proc is not None else process.pid_alive(pid)
-            return (
-                None
-                if alive
-                else f"the Iceberg REST catalog exited during start-up:\n{process.tail(self.log_path)}"
-            )
-
-        if not process.wait_until(self.healthy, START_TIMEOUT_S, interval=0.25, abort=died):
-            raise StackError(
-                f"the Iceberg REST catalog did not answer {START_TIMEOUT_S:.0f}s after start. "
-                f"See {self.log_path}:\n{process.tail(self.log_path)}"
-            )

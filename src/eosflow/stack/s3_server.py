@@ -20,15 +20,13 @@ import os
 import secrets
 import shutil
 import stat
-import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
-from eosflow.stack import process, start_lock
+from eosflow.stack.jvm_service import JvmService
 from eosflow.stack.secret_files import write_secret
 
 START_TIMEOUT_S = 60.0
@@ -57,18 +55,19 @@ class S3Details:
     secret_key: str = field(repr=False)
 
 
-class S3Service:
+class S3Service(JvmService):
     name = "s3"
+    title = "the S3 server"
+    main = MAIN
+    heap = "256m"
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, settings: Settings) -> None:
-        self.s = settings
-        self.home = settings.state_dir / "s3"
+        super().__init__(settings)
         self.data = self.home / "data"
         self.credentials_file = self.home / "credentials"
         self.properties_file = self.home / "s3proxy.properties"
         self.logback_file = self.home / "logback.xml"
-        self.log_path = self.home / "s3.log"
-        self.pid_file = self.home / "s3.pid"
 
     def ports(self) -> dict[str, int]:
         return {"EOSFLOW_S3_PORT": self.s.s3_port}
@@ -80,12 +79,11 @@ class S3Service:
         """For `eosflow stack status`: where, and which bucket; never the secret."""
         return f"{self.endpoint()} bucket {self.s.s3_bucket}"
 
-    def pid(self) -> int | None:
-        # The properties file's path is on the command line and names this state folder.
-        return process.owned_pid(self.pid_file, str(self.properties_file))
+    def marker(self) -> str:
+        return str(self.properties_file)  # on the command line, and it names this state folder
 
     def healthy(self, timeout: float = 3.0) -> bool:
-        """S3Proxy's own /healthz (unsigned); start() also makes a signed request."""
+        """S3Proxy's own /healthz (unsigned); a start also makes a signed request (ready)."""
         try:
             with urllib.request.urlopen(f"{self.endpoint()}/healthz", timeout=timeout) as answer:
                 return answer.status == 200
@@ -96,57 +94,20 @@ class S3Service:
         access_key, secret_key = self._credentials()
         return S3Details(self.endpoint(), REGION, self.s.s3_bucket, access_key, secret_key)
 
-    def prepare(self, log=print) -> None:
-        prereqs.java()
-        jars.fetch(self.s, "s3", log=log)
+    def jvm_args(self) -> list[str]:
+        return [f"-Dlogback.configurationFile={self.logback_file}"]
 
-    def start(self, log=print) -> None:
-        with start_lock.held(self.home / "start.lock"):
-            self._start(log)
+    def main_args(self) -> list[str]:
+        return ["--properties", str(self.properties_file)]
 
-    def _start(self, log) -> None:
-        if self.pid() is not None:
-            if not self.healthy():
-                self._wait_healthy(self.pid())
-            self._ensure_bucket()  # it may have started before a bucket of this name was asked for
-            return
-        self.prepare(log=log)
-        process.require_free_ports("the S3 server", self.s.kafka_host, self.ports())
+    def configure(self, log) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         access_key, secret_key = self._credentials()
         write_secret(self.properties_file, self._properties(access_key, secret_key))
         self.logback_file.write_text(_LOGBACK)
-        log(f"starting the S3 server (S3Proxy) on {self.endpoint()} (log: {self.log_path})")
-        with self.log_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    prereqs.java(),
-                    "-Xmx256m",
-                    "-XX:+UseSerialGC",  # one small heap, no parallel GC threads: a smaller idle RSS
-                    f"-Dlogback.configurationFile={self.logback_file}",
-                    "-cp",
-                    jars.classpath(self.s, "s3"),
-                    MAIN,
-                    "--properties",
-                    str(self.properties_file),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.home,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        self._wait_healthy(proc.pid, proc)
-        self._ensure_bucket()
 
-    def stop(self, log=print) -> None:
-        pid = self.pid()
-        if pid is None:
-            return
-        log(f"stopping the S3 server (pid {pid})")
-        process.stop_pid(pid)
-        self.pid_file.unlink(missing_ok=True)
+    def ready(self, log) -> None:
+        self._ensure_bucket()  # it may have started before a bucket of this name was asked for
 
     def reset(self) -> None:
         """Every bucket and object goes; the credentials stay, so clients configured with them still work."""
@@ -202,17 +163,6 @@ class S3Service:
                 f"If {self.credentials_file} changed since the server started, `eosflow stack down` and "
                 f"start it again. See {self.log_path}"
             ) from None
-
-    def _wait_healthy(self, pid: int, proc: subprocess.Popen | None = None) -> None:
-        def died() -> str | None:
-            alive = proc.poll() is None if proc is not None else process.pid_alive(pid)
-            return None if alive else f"the S3 server exited during start-up:\n{process.tail(self.log_path)}"
-
-        if not process.wait_until(self.healthy, START_TIMEOUT_S, interval=0.25, abort=died):
-            raise StackError(
-                f"the S3 server did not answer {START_TIMEOUT_S:.0f}s after start. "
-                f"See {self.log_path}:\n{process.tail(self.log_path)}"
-            )
 
 
 def filesystem(details: S3Details, **options):
