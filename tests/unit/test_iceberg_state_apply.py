@@ -279,3 +279,17 @@ def test_every_key_type_finds_and_replaces_its_rows(lake, declared, keys):
     a, b, c = keys
     apply_to([("c", a, "a", 10), ("c", b, "b", 11), ("c", c, "c", 12)])
     assert apply_to([("u", a, "a2", 20), ("d", b, None, 21), ("c", b, "old", 5)]) == {a: "a2", c: "c"}
+
+
+def test_deletes_is_a_change_streams_and_hard_or_soft():
+    from eosflow.errors import PipelineConfigError
+    from eosflow.sinks.iceberg.sink import IcebergSink
+
+    assert IcebergSink.keeps_state
+    assert IcebergSink.declare({"table": "lake.s", "deletes": "soft"}, SCHEMA, "p").deletes == "soft"
+    assert IcebergSink.declare({"table": "lake.s"}, SCHEMA, "p").deletes == "hard"
+    with pytest.raises(PipelineConfigError, match="must be hard .* or soft"):
+        IcebergSink.declare({"table": "lake.s", "deletes": "gone"}, SCHEMA, "p")
+    appending = parse_schema({"columns": SPEC["columns"]}, "p")
+    with pytest.raises(PipelineConfigError, match="add changes: debezium"):
+        IcebergSink.declare({"table": "lake.s", "deletes": "soft"}, appending, "p")
