@@ -293,3 +293,17 @@ def test_deletes_is_a_change_streams_and_hard_or_soft():
     appending = parse_schema({"columns": SPEC["columns"]}, "p")
     with pytest.raises(PipelineConfigError, match="add changes: debezium"):
         IcebergSink.declare({"table": "lake.s", "deletes": "soft"}, appending, "p")
+
+
+def test_a_truncate_with_soft_deletes_marks_what_came_before_it_and_keeps_an_earlier_mark(lake):
+    make(lake, soft=True)
+    apply(lake, Batch().add("c", 1, "a@x", lsn=10).add("c", 2, "b@x", lsn=11).add("d", 2, lsn=12), soft=True)
+    marked = rows(lake)[2]["deleted_at"]
+    b = Batch().add("c", 3, "c@x", lsn=30).add("t", None, lsn=20).add("u", 1, "late@x", lsn=15)
+    b.rows[1]["id"] = None
+    apply(lake, b, soft=True)
+    found = rows(lake)
+    assert sorted(found) == [1, 2, 3]
+    assert (found[1]["email"], found[1]["deleted_at"] is not None) == ("a@x", True)  # older than the truncate
+    assert found[2]["deleted_at"] == marked  # its own delete's time kept
+    assert (found[3]["email"], found[3]["deleted_at"]) == ("c@x", None)  # after the truncate

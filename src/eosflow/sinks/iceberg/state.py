@@ -196,7 +196,7 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
             rows.append(_truncated_marks(table, truncate, applied.select(key), key, wanted))
         done.properties[TRUNCATE] = json.dumps(dict(zip(_PLACE_NAMES, truncate, strict=True)))
     done.deleted = _or(filters)
-    done.appended = pa.concat_tables(rows).cast(wanted)
+    done.appended = pa.concat_tables([r.cast(wanted) for r in rows])
     if not soft:
         done.properties |= _new_tombstones(table, tombstones, deletes, images, truncate, key, batch_id)
     return done
