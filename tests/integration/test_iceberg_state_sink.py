@@ -45,9 +45,14 @@ def as_iceberg_state(case, **extra) -> str:
     case.spec.pop("target_table", None)
     case.spec.pop("business_key", None)
     table = f"lake.{case.name}"
-    case.write_config(
-        sink="iceberg", table=table, columns=COLUMNS, changes="debezium", primary_key=["id"], **extra
-    )
+    declared = {
+        "sink": "iceberg",
+        "table": table,
+        "columns": COLUMNS,
+        "changes": "debezium",
+        "primary_key": ["id"],
+    }
+    case.write_config(**(declared | extra))
     return table
 
 
@@ -356,3 +361,25 @@ def test_spark_reads_the_state_pyiceberg_reads_after_updates_and_deletes(case, s
     ids = [r["id"] for r in got.rows.to_pylist()]
     assert sorted(ids) == [i for i in range(1, 31) if (i - 2) % 5 != 0]
     assert {r["notes"] for r in got.rows.to_pylist()} == {"n"}  # the placeholders filled
+
+
+def test_a_keyed_topic_keeps_its_state_in_iceberg_too(case):
+    """No source position: a key's changes are ordered by their offsets (one key, one partition)."""
+    from confluent_kafka import Producer
+
+    from eosflow.kafka_admin import ensure_topic
+
+    table = as_iceberg_state(case, changes="keyed", key="bigint")
+    ensure_topic(case.settings.bootstrap_servers, case.topic, 1, log=lambda m: None)
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    for key, value in [(b"1", {"email": "a@x"}), (b"2", {"email": "b@x"}), (b"1", {"email": "a2@x"})]:
+        producer.produce(case.topic, key=key, value=json.dumps(value).encode())
+    assert producer.flush(30) == 0
+    assert case.ingest().outcome == "committed"
+    producer.produce(case.topic, key=b"2", value=None)  # a null value deletes the key
+    producer.produce(case.topic, key=b"3", value=b'{"email": "c@x"}')
+    assert producer.flush(30) == 0
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, table) == {1: ("a2@x", None, None), 3: ("c@x", None, None)}
+    assert {r["change_lsn"] for r in scan(case, table)} == {None}
+    verified(case)
