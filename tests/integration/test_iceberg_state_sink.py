@@ -74,6 +74,7 @@ def verified(case) -> None:
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
     assert {c.name for c in result.checks} == set(STATE_CHECKS)
+    assert result.table().splitlines()[0].endswith(f"pipeline {case.name}: ok")
 
 
 @every_lake

@@ -18,6 +18,7 @@ so (status `not checked`, naming the partitions); the first two still run. Failu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -36,7 +37,18 @@ UNIQUE, COMMITTED, LAST, NO_DELETED = (
 )
 
 
-def verify_state_table(settings: Settings, pipeline: Pipeline, table_name: str, soft: bool) -> VerifyResult:
+@dataclass(frozen=True)
+class StateVerifyResult(VerifyResult):
+    """VerifyResult's shape (kept in eosflow.checks as any verdict); read from the table and Kafka."""
+
+    def table(self) -> str:
+        lines = [f"Iceberg state verify of pipeline {self.pipeline}: {'ok' if self.ok else 'FAILED'}"]
+        return "\n".join(lines + [f"  {c.describe()}" for c in self.checks])
+
+
+def verify_state_table(
+    settings: Settings, pipeline: Pipeline, table_name: str, soft: bool
+) -> StateVerifyResult:
     from eosflow.sinks.iceberg.catalog import load
     from eosflow.sinks.kafka.verify import _log_starts
 
@@ -87,7 +99,7 @@ def verify_state_table(settings: Settings, pipeline: Pipeline, table_name: str, 
         wrong, deleted = _compare(last, held, schema, soft)
         checks += [_result(LAST, "S1", wrong), _result(NO_DELETED, "S2", deleted)]
     failed = any(not c.ok for c in checks)
-    return VerifyResult(pipeline.name, 1 if failed else 0, tuple(checks), "", Path("."))
+    return StateVerifyResult(pipeline.name, 1 if failed else 0, tuple(checks), "", Path("."))
 
 
 def _result(name: str, invariant: str | None, offending: list[dict]) -> CheckResult:
