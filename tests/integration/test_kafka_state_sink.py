@@ -14,7 +14,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from eosflow.errors import PipelineConfigError
 from eosflow.kafka_admin import ensure_topic
@@ -381,50 +381,75 @@ def test_a_keyed_topic_is_a_state_topic_too_ordered_by_its_offsets(case):
     assert result.ok, result.table()
 
 
-def test_verify_accounts_for_the_records_compaction_removed_and_the_state_survives_it(case):
-    """Kafka's log cleaner, made eager on the output topic, removes a key's older records and a deleted
-    key's tombstone: verify counts them as compacted away, not lost, and a later run's restore still holds
-    each key's last change (an older re-delivery is still superseded). About a minute: the cleaner wakes
-    every 15 s (log.cleaner.backoff.ms) and takes a deleted key's tombstone on a second pass."""
+def test_compaction_keeps_a_deleted_keys_tombstone_and_verify_accounts_for_what_it_removed(case):
+    """Kafka's log cleaner, made eager on the output topic, removes a key's older records: a later run's
+    restore still holds each key's last change, and a deleted key's tombstone stays (eosflow creates the
+    topic with a century's delete.retention.ms), so a re-delivered older create of the key is superseded
+    instead of bringing its row back. A key deleted after an operator shortened delete.retention.ms loses
+    its tombstone too, and verify counts its changes as compacted away, not lost. About 90 s: the cleaner
+    wakes every 15 s (log.cleaner.backoff.ms) and takes a tombstone on a later pass than the records it
+    hides."""
     output = as_state_topic(case)
     src = Source(case)
-    eager = {
-        "cleanup.policy": "compact",
-        "segment.ms": "100",
-        "min.cleanable.dirty.ratio": "0.01",
-        "min.compaction.lag.ms": "0",
-        "delete.retention.ms": "100",
-    }
-    ensure_topic(case.settings.bootstrap_servers, output, 2, config=eager, log=lambda m: None)
     first = src.send("c", row(1, "a@x", notes="t"))
     src.send("u", row(1, "a2@x", notes="t"))
     src.send("u", row(1, "a3@x", notes="t"))
-    src.send("c", row(2, "b@x"))
+    created = src.send("c", row(2, "b@x"))
     src.send("d", row(2, None))
+    src.send("c", row(3, "c@x"))
     src.flush()
     assert case.ingest().outcome == "committed"
+    admin = AdminClient({"bootstrap.servers": case.settings.bootstrap_servers})
+    resource = ConfigResource(ResourceType.TOPIC, output)
+    (future,) = admin.describe_configs([resource]).values()
+    assert int(future.result(timeout=30)["delete.retention.ms"].value) >= 100 * 365 * 86_400_000
 
-    deadline = time.monotonic() + 100
-    while True:  # each run rolls the partitions' segments (segment.ms), so the cleaner can take the old ones
-        time.sleep(2)
-        src.send("c", row(10 + int(time.monotonic()) % 2, "roll@x"))  # one key per partition, again and again
-        src.flush()
-        assert case.ingest().outcome == "committed"
-        left = [json.loads(m.key())["id"] for m in read_back(case, output)]
-        if left.count(1) == 1 and 2 not in left:
-            break
-        assert time.monotonic() < deadline, f"the log cleaner never compacted {output}: {left}"
+    def alter(**config: str) -> None:
+        entries = [
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in config.items()
+        ]
+        for f in admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.TOPIC, output, incremental_configs=entries)]
+        ).values():
+            f.result(timeout=30)
 
+    def compact_until(done) -> None:
+        deadline = time.monotonic() + 100
+        while True:  # each run rolls the partitions' segments (segment.ms), so the cleaner can take old ones
+            time.sleep(2)
+            src.send("c", row(10 + int(time.monotonic()) % 2, "roll@x"))  # one key per partition, again
+            src.flush()
+            assert case.ingest().outcome == "committed"
+            left = [json.loads(m.key())["id"] for m in read_back(case, output)]
+            if done(left):
+                return
+            assert time.monotonic() < deadline, f"the log cleaner never compacted {output} so: {left}"
+
+    alter(segment_ms="100", min_cleanable_dirty_ratio="0.01", min_compaction_lag_ms="0")
+    compact_until(lambda left: left.count(1) == 1)
+    assert last_per_key(read_back(case, output))[2] is None  # the tombstone stayed
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
     assert "0 compacted away" not in result.table()
+
     src.send("c", row(1, "a@x", notes="t"), lsn=first)  # re-delivered, older than what the key holds
+    src.send("c", row(2, "b@x"), lsn=created)  # re-delivered after the key's delete
     src.send("u", row(1, "a4@x", notes=PLACEHOLDER))
     src.flush()
     assert case.ingest().outcome == "committed"
-    assert last_per_key(read_back(case, output))[1] == row(1, "a4@x", notes="t")
-    (dead,) = read_back(case, f"{output}.rejected")
-    assert headers(dead)["eosflow-error"].startswith("superseded")
+    last = last_per_key(read_back(case, output))
+    assert last[1] == row(1, "a4@x", notes="t") and last[2] is None
+    dead = read_back(case, f"{output}.rejected")
+    assert len(dead) == 2 and all(headers(m)["eosflow-error"].startswith("superseded") for m in dead)
+
+    # The cleaner stamps a tombstone's removal time when it first meets it (KIP-534): key 2's stays a
+    # century; a delete after the operator shortened delete.retention.ms loses its tombstone.
+    alter(delete_retention_ms="100")
+    src.send("d", row(3, None))
+    src.flush()
+    compact_until(lambda left: 3 not in left)
+    assert 2 in [json.loads(m.key())["id"] for m in read_back(case, output)]
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
 

@@ -51,9 +51,31 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
         refuse_unfit_state_topic(
             pipeline, sink.output_topic in limits.compacted, len(output.partitions), partitions
         )
+        warn_of_short_tombstones(client, sink.output_topic, log)
 
 
-_COMPACT = {"cleanup.policy": "compact"}
+def warn_of_short_tombstones(client, topic: str, log) -> None:
+    """An existing state topic may drop tombstones early: say what that risks (not refused: the
+    operator chose it, and Kafka's default is a day)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    (future,) = client.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    entry = future.result(timeout=_TIMEOUT_S).get("delete.retention.ms")
+    kept = int(entry.value) if entry is not None and entry.value is not None else None
+    if kept is not None and kept < TOMBSTONE_RETENTION_MS:
+        log(
+            f"warning: {topic} keeps a deleted key's tombstone {kept / 3_600_000:g} h (delete.retention.ms): "
+            "a change of the key re-delivered later than that after its delete brings the row back. Raise it "
+            f"(kafka-configs --alter --entity-type topics --entity-name {topic} --add-config "
+            f"delete.retention.ms={TOMBSTONE_RETENTION_MS}); eosflow creates state topics so"
+        )
+
+
+# A deleted key's tombstone is what makes a re-delivered older change of it superseded (the restore finds
+# nothing else of the key): kept a century rather than Kafka's default day. Not Long.MAX_VALUE: the
+# cleaner adds it to the current time (KIP-534).
+TOMBSTONE_RETENTION_MS = 100 * 365 * 86_400_000
+_COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": str(TOMBSTONE_RETENTION_MS)}
 
 
 class StateTopicError(PipelineConfigError):
