@@ -4,6 +4,8 @@ Each Spark task writes its range's rows as Parquet files (files.py); the driver 
 and sets the table's positions in one Iceberg commit, fenced by the catalog's compare-and-swap
 (commit.py); the ledger then mirrors the committed ranges and their rejected rows (eosflow.ledger.mirror),
 and the next run first mirrors whatever a crash left unmirrored. The catalog and the files: catalog.py.
+With `changes:` the table is the change stream's state, one row per primary key: the tasks stage the
+checked changes and the same one commit applies them (state.py; verify_state.py checks it).
 """
 
 from __future__ import annotations
