@@ -307,3 +307,56 @@ def test_a_truncate_with_soft_deletes_marks_what_came_before_it_and_keeps_an_ear
     assert (found[1]["email"], found[1]["deleted_at"] is not None) == ("a@x", True)  # older than the truncate
     assert found[2]["deleted_at"] == marked  # its own delete's time kept
     assert (found[3]["email"], found[3]["deleted_at"]) == ("c@x", None)  # after the truncate
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("soft", [False, True])
+def test_random_changes_in_random_batches_leave_each_keys_last_change(lake, seed, soft):
+    """A model written apart from the apply: over every change so far, each key's last by (LSN, partition,
+    offset), gone if it is a delete (soft: marked) or older than the latest truncate. Changes come in
+    random batches, some re-delivered later with their old LSNs, in two partitions."""
+    import random
+
+    rng = random.Random(seed)
+    make(lake, soft=soft)
+    changes: list[tuple] = []  # (op, id, email, lsn, partition)
+    lsn = 100
+    for _ in range(60):
+        lsn += rng.randint(1, 3)
+        if rng.random() < 0.05:
+            changes.append(("t", None, None, lsn, 0))
+            continue
+        id_ = rng.randint(1, 8)
+        op = rng.choice(["c", "u", "u", "d"])
+        changes.append((op, id_, None if op == "d" else f"{id_}-{lsn}", lsn, id_ % 2))
+    redelivered = rng.sample(changes, 10)
+    stream = changes + redelivered  # re-deliveries arrive later, older by their LSN
+    offsets = {0: 0, 1: 0}
+    placed = []
+    for op, id_, email, at, partition in stream:
+        placed.append((op, id_, email, at, partition, offsets[partition]))
+        offsets[partition] += 1
+    committed: list[tuple] = []
+    i = 0
+    while i < len(placed):
+        n = rng.randint(1, 15)
+        b = Batch()
+        for op, id_, email, at, partition, offset in placed[i : i + n]:
+            b.add(op, id_, email, lsn=at, partition=partition)
+            b.rows[-1]["kafka_offset"] = offset
+        apply(lake, b, soft=soft)
+        committed += placed[i : i + n]
+        i += n
+        truncates = [(at, p, o) for op, _, _, at, p, o in committed if op == "t"]
+        cut = max(truncates) if truncates else None
+        last: dict[int, tuple] = {}
+        for op, id_, email, at, p, o in committed:
+            if op != "t" and (id_ not in last or (at, p, o) > last[id_][1]):
+                last[id_] = (op, (at, p, o), email)
+        live = {k: v[2] for k, v in last.items() if v[0] != "d" and (cut is None or v[1] > cut)}
+        found = rows(lake)
+        assert {k: r["email"] for k, r in found.items() if r.get("deleted_at") is None} == live, (seed, i)
+        if soft:
+            assert set(found) - set(live) == {k for k in found if found[k]["deleted_at"] is not None}
+        else:
+            assert set(found) == set(live)

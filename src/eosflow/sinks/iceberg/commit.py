@@ -14,6 +14,7 @@ is the same one transaction: its ranges' rows deleted
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 
 from eosflow.ledger.mirror import FENCED, RangeOutcome, SinkCommitted, SinkReplayed
@@ -166,7 +167,9 @@ def _transaction(
     try:
         with table.transaction() as tx:
             for where in deleted:
-                tx.delete(where, snapshot_properties=summary)
+                with warnings.catch_warnings():  # a filter matching no row deletes nothing: as meant
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(where, snapshot_properties=summary)
             if files:
                 tx.add_files(files, snapshot_properties=summary)
             if appended is not None and appended.num_rows:
