@@ -16,6 +16,7 @@ import json
 import random
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -648,3 +649,84 @@ def test_a_schema_block_is_checked_as_the_rest_of_the_document(schema) -> None:
     value = '{"schema": %s, "payload": {"op": "c", "after": %s}}' % (schema, ROW_JSON)  # noqa: UP031
     for _ in range(2):  # the second time, a schema block the fast path knows
         assert_same("change_check", None, value.encode())
+
+
+def test_a_record_debezium_wrote_takes_the_fast_path_with_the_same_answer() -> None:
+    """The change Debezium 3.6.1's PostgreSQL connector wrote for a table of most column types (JsonConverter,
+    schemas.enable: tests/unit/data/debezium_change_with_schema.json), as the converter writes it (compact),
+    every column declared: decoded and typed in C, not left to the Python check."""
+    record = json.loads((Path(__file__).parent / "data" / "debezium_change_with_schema.json").read_text())
+    columns = [
+        {"name": "id", "type": "bigint", "required": True},
+        {"name": "name", "type": "text", "source": "$.Name"},
+        {"name": "bal", "type": "numeric(12,2)"},
+        {"name": "amt", "type": "numeric(12,2)"},
+        {"name": "seen", "type": "timestamptz"},  # ZonedTimestamp
+        {"name": "ts", "type": "timestamptz"},  # MicroTimestamp
+        {"name": "d", "type": "date"},
+        {"name": "tm", "type": "bigint"},  # MicroTime
+        {"name": "tags", "type": "text[]"},
+        {"name": "ints", "type": "integer[]"},
+        {"name": "j", "type": "jsonb"},
+        {"name": "u", "type": "uuid"},
+        {"name": "b", "type": "bytea"},
+        {"name": "f", "type": "double"},
+        {"name": "sm", "type": "integer"},
+        {"name": "ok", "type": "boolean"},
+        {"name": "iv", "type": "bigint"},  # MicroDuration
+    ]
+    spec = {"topics": ["t"], "changes": "debezium", "primary_key": ["id"], "columns": columns}
+    schema = _parse("probe", spec | {"target_table": "r.log", "state_table": "r.state"}, "probe").schema
+    fast, python = ChangeCheck(schema, 1 << 20, None), ChangeCheck(schema, 1 << 20, None, compiled=False)
+    key, value = (json.dumps(record[k], separators=(",", ":")).encode() for k in ("key", "value"))
+    for k, v in ((key, value), (key, None)):
+        got, expected = fast(k, v), python(k, v)
+        assert got == expected and repr(got) == repr(expected) and got[0] is None
+    assert fast.fallbacks == 0
+
+
+VALID_IMAGES = {
+    "customers": {
+        "id": 1,
+        "email": "a@example.com",
+        "balance": "1.50",
+        "updated_at": 1_764_151_200_123_456,
+        "profile": '{"a": 1.5, "b": ["x:y"]}',
+    },
+    "change_check": test_change_check.ROW,
+    "every": {
+        "id": 1,
+        "region": "a:b",
+        "code": UUID_A,
+        "kind": "b:c",
+        "big": 5,
+        "score": 1.5,
+        "ratio": -2.5e-300,
+        "amount": "12.3456",
+        "flag": True,
+        "at": "2026-01-01T00:00:00.5+05:30",
+        "day": 19_000,
+        "doc": {"x": [1, "\\u0000"]},
+        "blob": "AQ==",
+        "tags": ["a", ""],
+        "nums": [1.5, -999.999],
+        "ats": ["2026-01-01T00:00:00Z"],
+        "original_name": "x",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECLARATIONS))
+@pytest.mark.parametrize("op", ["c", "r", "u", "d"])
+@pytest.mark.parametrize("schema_block", [False, True])
+def test_each_declaration_takes_the_fast_path_for_a_valid_change(name, op, schema_block) -> None:
+    """Every column present and valid: the fast path types the change itself (a coding error in it would
+    only ever send records to the Python check, which the comparisons alone cannot see)."""
+    fast, _ = CHECKS[name]
+    before = fast.fallbacks
+    side = "before" if op == "d" else "after"
+    payload = {"op": op, side: VALID_IMAGES[name], "source": {**_SOURCE, "lsn": 5, "ts_ms": 1}}
+    doc = {"schema": {"type": "struct"}, "payload": payload} if schema_block else payload
+    error, _ = assert_same(name, b'{"id": 1}', json.dumps(doc).encode())
+    assert error is None
+    assert fast.fallbacks == before

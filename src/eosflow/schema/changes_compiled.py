@@ -53,7 +53,7 @@ from eosflow.schema.changes import _EPOCH, _MAX_LSN, _PLACEHOLDER_B64, OPS, PLAC
 from eosflow.schema.compiled import MAX_DEPTH, whole_count
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.record import _INLINE_ACCEPT, _constraints, _rules
-from eosflow.schema.types import BAD, json_float
+from eosflow.schema.types import _UUID, BAD, json_float
 
 _DAY_ZERO = date(1970, 1, 1)
 # Debezium's envelope and PostgreSQL source block (3.x): every member the common record holds is a field,
@@ -74,6 +74,8 @@ _SOURCE = (
     "txId",
     "lsn",
     "xmin",
+    "origin",  # 3.6's, for logical replication's origin
+    "origin_lsn",
 )
 # What msgspec refuses in a field's name (as eosflow.schema.compiled): a declaration reading such a key is
 # left to the Python check.
@@ -204,6 +206,7 @@ def _image_function(columns: tuple[Column, ...], required: tuple[bool, ...], nam
         "days": _days,
         "jsonb": _jsonb,
         "form": _form,
+        "_UUID": _UUID.fullmatch,  # as record._compile_typed's scope: _INLINE_ACCEPT's uuid test calls it
         "__name__": __name__,
     }
     lines = [f"def {name}(img):"]
