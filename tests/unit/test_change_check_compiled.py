@@ -719,14 +719,26 @@ VALID_IMAGES = {
 @pytest.mark.parametrize("name", sorted(DECLARATIONS))
 @pytest.mark.parametrize("op", ["c", "r", "u", "d"])
 @pytest.mark.parametrize("schema_block", [False, True])
-def test_each_declaration_takes_the_fast_path_for_a_valid_change(name, op, schema_block) -> None:
-    """Every column present and valid: the fast path types the change itself (a coding error in it would
-    only ever send records to the Python check, which the comparisons alone cannot see)."""
+def test_each_declaration_takes_the_fast_path_for_a_valid_change(name, op, schema_block, monkeypatch) -> None:
+    """Every column present and valid: the fast path types the change itself, by its first count alone (a
+    coding error in it would only ever send records to the Python check, or to the second decode, which the
+    comparisons alone cannot see)."""
     fast, _ = CHECKS[name]
     before = fast.fallbacks
     side = "before" if op == "d" else "after"
     payload = {"op": op, side: VALID_IMAGES[name], "source": {**_SOURCE, "lsn": 5, "ts_ms": 1}}
-    doc = {"schema": {"type": "struct"}, "payload": payload} if schema_block else payload
-    error, _ = assert_same(name, b'{"id": 1}', json.dumps(doc).encode())
+    doc = (
+        {"schema": {"type": "struct", "fields": [{"a": ":"}]}, "payload": payload}
+        if schema_block
+        else payload
+    )
+    value = json.dumps(doc).encode()
+    error, _ = assert_same(name, b'{"id": 1}', value)  # a schema block is checked the first time it is seen
     assert error is None
+
+    def second_decode(value: bytes) -> int:
+        raise AssertionError("a valid change of known fields took the second decode")
+
+    monkeypatch.setattr(fast.fast, "_whole", second_decode)
+    assert assert_same(name, b'{"id": 1}', value)[0] is None
     assert fast.fallbacks == before

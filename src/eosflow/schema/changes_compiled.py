@@ -30,9 +30,9 @@ Otherwise (members no field names, such as another connector's source fields, or
 document is decoded again as generic objects and counted the same way (eosflow.schema.compiled's second
 step), and an unequal count leaves the record to the Python check. A value with more than MAX_DEPTH '{' and
 '[' always takes that second step, which walks it and refuses nesting past MAX_DEPTH. The schema block is
-kept as its text (msgspec.Raw, re-encoded verbatim, so its colons count the same on both sides) and checked
-on its own by that second step, once per distinct block (a table's changes share one): no duplicate key, no
-escaped colon, no nesting past MAX_DEPTH; the rest of the value's braces are then counted without its.
+kept as its text (msgspec.Raw) and checked on its own by that second step, once per distinct block (a
+table's changes share one): no duplicate key, no escaped colon, no nesting past MAX_DEPTH; the rest of the
+value (the value without the block's bytes) is then counted against the envelope re-encoded without it.
 
 A tombstone's key (Debezium's key, a JSON object of the key columns, its schema block or not) is read by
 `json.loads` in the Python check: duplicates resolved the same way, floats as `float`, so msgspec decodes
@@ -276,7 +276,7 @@ class CompiledChanges:
         top = msgspec.defstruct(
             "Document",
             # The schema block as its text: the same for every change of a table's version, so it is checked
-            # once (`_schema_braces`) instead of decoded and counted with every record.
+            # once (`_schema_colons`) instead of decoded and counted with every record.
             [*envelope, ("schema", msgspec.Raw | UnsetType, UNSET), ("payload", payload | UnsetType, UNSET)],
             kw_only=True,
             gc=False,
@@ -285,7 +285,8 @@ class CompiledChanges:
         self._decode = msgspec.json.Decoder(top, float_hook=hook).decode
         self._encode = msgspec.json.Encoder().encode
         self._whole = whole_count(_Whole(), ())  # type: ignore[arg-type]
-        self._schemas: dict[bytes, int] = {}  # schema blocks checked: their '{' and '[' characters
+        self._schemas: dict[bytes, int] = {}  # schema blocks checked: their ':' characters
+        self._last_schema, self._last_colons = b"", 0  # the last one: compared, not hashed
         names = {c.path[0] for c in columns}
         if names.isdisjoint({"schema", "payload"}):
             payload_key = _image_struct(columns, [])
@@ -311,17 +312,30 @@ class CompiledChanges:
                 return None
         try:
             doc = self._decode(value)
-            braces = value.count(b"{") + value.count(b"[")
-            if doc.schema is not UNSET:  # re-encoded verbatim: checked on its own (its braces too)
+            rest, decoded, schema_colons = value, doc, 0
+            if doc.schema is not UNSET:
+                # Checked on its own, once per distinct block; the rest of the value is counted without it
+                # (a schema block is most of a value: Debezium's for 17 columns is 10 kB).
                 schema = bytes(doc.schema)
-                inner = self._schemas.get(schema)
-                if inner is None and (inner := self._schema_braces(schema)) is None:
+                if schema == self._last_schema:
+                    schema_colons = self._last_colons
+                else:
+                    schema_colons = self._schemas.get(schema, -1)
+                    if schema_colons < 0 and (schema_colons := self._schema_colons(schema)) < 0:
+                        return None
+                    self._last_schema, self._last_colons = schema, schema_colons
+                at = value.find(schema)  # the first copy of these bytes: any copy leaves the same rest
+                if at < 0:
                     return None
-                braces -= inner
-            c = value.count(b":")
-            if b"\\u003" in value:  # a colon escaped (or an escaped backslash before u003a: counted too)
-                c += value.count(b"\\u003a") + value.count(b"\\u003A")
-            if (c != self._encode(doc).count(b":") or braces > MAX_DEPTH) and c != self._whole(value):
+                rest = value[:at] + value[at + len(schema) :]
+                decoded = msgspec.structs.replace(doc, schema=UNSET)
+            c = rest.count(b":")
+            if b"\\u003" in rest:  # a colon escaped (or an escaped backslash before u003a: counted too)
+                c += rest.count(b"\\u003a") + rest.count(b"\\u003A")
+            # Without the schema block, its member's ':' is missing from the re-encoding: counted apart.
+            encoded = self._encode(decoded).count(b":") + (decoded is not doc)
+            braces = rest.count(b"{") + rest.count(b"[")
+            if (c != encoded or braces > MAX_DEPTH) and c + schema_colons != self._whole(value):
                 return None  # a duplicate key, or a document msgspec reads otherwise: the Python check's
             payload = doc.payload
             if payload is not UNSET:
@@ -355,16 +369,16 @@ class CompiledChanges:
         except Exception:  # any refusal, nesting too deep among them: the Python check decides
             return None
 
-    def _schema_braces(self, schema: bytes) -> int | None:
-        """A schema block's '{' and '[' characters once it is known to hold no duplicate key, no ':' escaped
-        and no nesting past MAX_DEPTH (the second step's count of it alone); None if it may."""
+    def _schema_colons(self, schema: bytes) -> int:
+        """A schema block's ':' characters once it is known to hold no duplicate key, no ':' escaped and no
+        nesting past MAX_DEPTH (the second step's count of it alone); -1 if it may."""
         colons = schema.count(b":")
         if b"\\u003" in schema or colons != self._whole(schema):  # _TooDeep: the caller's refusal
-            return None
+            return -1
         if len(self._schemas) >= 64:  # a table's versions, a few topics: more is no stream of one table
             self._schemas.clear()
-        braces = self._schemas[schema] = schema.count(b"{") + schema.count(b"[")
-        return braces
+        self._schemas[schema] = colons
+        return colons
 
     def tombstone(self, key: bytes) -> list | None:
         """A tombstone's key -> the key columns' values (NULL elsewhere) and ["-", None, None, None], or
