@@ -742,3 +742,13 @@ def test_each_declaration_takes_the_fast_path_for_a_valid_change(name, op, schem
     monkeypatch.setattr(fast.fast, "_whole", second_decode)
     assert assert_same(name, b'{"id": 1}', value)[0] is None
     assert fast.fallbacks == before
+
+
+def test_a_json_text_nested_past_the_interpreters_limit_is_kept_as_text_not_a_crash() -> None:
+    """io.debezium.data.Json's text nested deeper than json can read is what any other text json cannot
+    read is: the value itself (jsonb takes a string). It raised RecursionError out of the check, failing
+    the task, where a change must at worst be a rejected row."""
+    deep = "[" * 5000 + "]" * 5000
+    value = json.dumps({"op": "c", "after": {**test_change_check.ROW, "profile": deep}}).encode()
+    error, typed = assert_same("change_check", b'{"id": 7}', value)
+    assert error is None and typed[3] == deep

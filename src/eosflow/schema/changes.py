@@ -298,7 +298,7 @@ def _form(declared: str, value: object) -> object:
             return _EXACT_JSON.decode(
                 value
             )  # one decoder for all: json.loads(parse_float=) builds one a call
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json reads, not JSON either
             return value
     if declared == "date" and t is int:
         try:
