@@ -752,3 +752,23 @@ def test_a_json_text_nested_past_the_interpreters_limit_is_kept_as_text_not_a_cr
     value = json.dumps({"op": "c", "after": {**test_change_check.ROW, "profile": deep}}).encode()
     error, typed = assert_same("change_check", b'{"id": 7}', value)
     assert error is None and typed[3] == deep
+
+
+def test_a_key_or_an_old_key_nested_past_the_interpreters_limit_is_not_a_crash() -> None:
+    """A record's key and its __debezium.oldkey header are the producer's: nested deeper than json reads,
+    they are keys json cannot read (a tombstone's NULL key, a keyed record rejected, no old key), not an
+    exception out of the check that fails the task."""
+    deep = "[" * 5000 + "]" * 5000
+    assert assert_same("change_check", deep.encode(), None)[1][:7] == [None] * 7
+    headers = json.dumps([{"key": "__debezium.oldkey", "value": deep}])
+    after = {**test_change_check.ROW, "tags": [PLACEHOLDER]}
+    error, typed = assert_same(
+        "change_check", b'{"id": 7}', test_change_check._envelope("c", after=after), headers
+    )
+    assert error is None and typed[11] is None
+    spec = {"topics": ["t"], "changes": "keyed", "primary_key": ["id"], "columns": test_change_check.COLUMNS}
+    keyed = ChangeCheck(
+        _parse("k", spec | {"target_table": "r.l", "state_table": "r.s"}, "k").schema, 65_536, None
+    )
+    assert "is not a bigint" in keyed(deep.encode(), b"{}")[0]
+    assert "not a JSON object" in keyed(b'{"id": ' + deep.encode() + b"}", b"{}")[0]

@@ -167,7 +167,7 @@ class ChangeCheck:
         values: list = [None] * self.width
         try:
             doc = json.loads(key) if key else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json reads
             doc = None
         if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
             doc = doc["payload"]
@@ -209,11 +209,11 @@ class ChangeCheck:
                 return {column.name: text}, None
             try:
                 return {column.name: json.loads(text)}, None
-            except ValueError:
+            except (ValueError, RecursionError):
                 return {}, f"not a change of a row: key {text[:40]!r} is not a {column.type.declared}"
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
         if not isinstance(doc, dict):
             names = [c.name for c in self.key_columns]
@@ -232,7 +232,7 @@ def _old_key(headers: str | None, key_columns: tuple[Column, ...]) -> dict | Non
     try:
         found = [h["value"] for h in json.loads(headers) if h.get("key") == OLD_KEY_HEADER]
         doc = json.loads(found[-1]) if found and found[-1] else None
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
     if isinstance(doc, dict) and isinstance(doc.get("payload"), dict):
         doc = doc["payload"]
