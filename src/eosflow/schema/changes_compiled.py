@@ -49,8 +49,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from eosflow.schema.changes import _EPOCH, _MAX_LSN, _PLACEHOLDER_B64, OPS, PLACEHOLDER, _form
 from eosflow.schema.compiled import MAX_DEPTH, whole_count
+from eosflow.schema.debezium_values import _EPOCH, _MAX_LSN, _PLACEHOLDER_B64, OPS, PLACEHOLDER, _form
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.record import _INLINE_ACCEPT, _constraints, _rules
 from eosflow.schema.types import _UUID, BAD, json_float
