@@ -65,6 +65,17 @@ def test_two_fields_that_would_be_one_column_refuse_the_table():
         shape(RECORD["key"]["schema"], value)
 
 
+def test_a_field_whose_name_is_no_plain_column_name_is_left_out_not_read_as_a_path():
+    value = json.loads(json.dumps(RECORD["value"]["schema"]))
+    after = next(f for f in value["fields"] if f["field"] == "after")
+    after["fields"] += [
+        {"type": "string", "optional": True, "field": "a.b"},  # $.a.b would read a nested field
+        {"type": "string", "optional": True, "field": "\u212a"},  # KELVIN SIGN: lower() is an ASCII k
+    ]
+    found = shape(RECORD["key"]["schema"], value)
+    assert {"a.b", "\u212a"} <= set(found.left_out) and "k" not in _types(found)
+
+
 def test_a_column_added_in_the_source_is_added_optional_and_a_changed_type_is_a_conflict():
     before = shape(RECORD["key"]["schema"], RECORD["value"]["schema"])
     assert _merge(before, before) == (before, "unchanged")

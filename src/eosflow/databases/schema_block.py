@@ -9,6 +9,7 @@ them into declared columns (docs/DESIGN.md, "A whole database in one declaration
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ _PLAIN = {
     "bytes": "bytea",
 }
 _SOURCE_TYPE = "__debezium.source.column.type"
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_PRECISION = 38  # a declared numeric's (eosflow.schema.types)
 
 
@@ -88,7 +90,8 @@ def shape(key_schema: dict | None, value_schema: dict) -> TableShape:
             left_out[source_name] = why
             continue
         name = source_name.lower()
-        if not names.column(name):
+        # ASCII names only: the column's `source` is then `$.<field>`, one step as the path reads it.
+        if not _FIELD.fullmatch(source_name) or not names.column(name):
             left_out[source_name] = "its name is not a column name (lower-case letters, digits and _)"
             continue
         if name in by_name:
