@@ -40,6 +40,7 @@ from eosflow.sinks.kafka.verify import (
     _expired,
     _log_starts,
     _show,
+    once_and_nothing_else,
 )
 from eosflow.sources.kafka.range_read import headers_json
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
@@ -166,18 +167,7 @@ def verify_state_topic(settings: Settings, pipeline: Pipeline) -> KafkaVerifyRes
                 else ""
             ),
         ),
-        Finding(
-            "no source record appears twice",
-            not twice,
-            f"{len(twice):,} appear more than once, e.g. {_show(twice)}" if twice else "",
-        ),
-        Finding(
-            "nothing else in the output",
-            not foreign,
-            f"{len(foreign):,} records name no committed source record, e.g. {_show(foreign)}"
-            if foreign
-            else "",
-        ),
+        *once_and_nothing_else(twice, foreign),
         Finding(
             "each key's last record is its last change",
             not wrong,
