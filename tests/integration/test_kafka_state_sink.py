@@ -6,6 +6,7 @@ confluent-kafka's own consumer, never eosflow's reader."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 import uuid
@@ -386,9 +387,9 @@ def test_compaction_keeps_a_deleted_keys_tombstone_and_verify_accounts_for_what_
     restore still holds each key's last change, and a deleted key's tombstone stays (eosflow creates the
     topic with a century's delete.retention.ms), so a re-delivered older create of the key is superseded
     instead of bringing its row back. A key deleted after an operator shortened delete.retention.ms loses
-    its tombstone too, and verify counts its changes as compacted away, not lost. About 90 s: the cleaner
-    wakes every 15 s (log.cleaner.backoff.ms) and takes a tombstone on a later pass than the records it
-    hides."""
+    its tombstone too, and verify counts its changes as compacted away, not lost. It waits for the cleaner,
+    which wakes every second on the stack's broker (log.cleaner.backoff.ms; Kafka's default is 15 s, which
+    made this test 65-90 s) and takes a tombstone on a later pass than the records it hides."""
     output = as_state_topic(case)
     src = Source(case)
     first = src.send("c", row(1, "a@x", notes="t"))
@@ -431,7 +432,7 @@ def test_compaction_keeps_a_deleted_keys_tombstone_and_verify_accounts_for_what_
     assert last_per_key(read_back(case, output))[2] is None  # the tombstone stayed
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
-    assert "0 compacted away" not in result.table()
+    assert not re.search(r"(?<![\d,])0 compacted away", result.table())  # some were: "10 compacted away" is
 
     src.send("c", row(1, "a@x", notes="t"), lsn=first)  # re-delivered, older than what the key holds
     src.send("c", row(2, "b@x"), lsn=created)  # re-delivered after the key's delete

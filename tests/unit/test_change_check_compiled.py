@@ -417,7 +417,7 @@ def _encode(doc: object, style: int) -> str:
     return json.dumps(doc)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(DECLARATIONS)),
     data=st.data(),

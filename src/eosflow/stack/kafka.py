@@ -275,4 +275,7 @@ group.initial.rebalance.delay.ms=0
 # Short enough that a topic with a short retention.ms really loses its old segments in a test.
 log.retention.check.interval.ms=5000
 log.segment.delete.delay.ms=1000
+# The log cleaner looks for compactable logs every second, not every 15 s: a compacted state topic's test
+# waits for it (a local broker with few topics; production keeps Kafka's default).
+log.cleaner.backoff.ms=1000
 {sasl}"""
