@@ -7,7 +7,8 @@ import pytest
 from eosflow import settings as settings_mod
 from eosflow.stack.kafka import KafkaService
 
-# server.properties exactly as written before the proxy option existed, for these settings.
+# server.properties exactly as written without the proxy option (and as before it existed, but for the log
+# cleaner's backoff added since), for these settings.
 BEFORE_THE_OPTION = """\
 # Written by `eosflow stack up`; edit the environment (EOSFLOW_KAFKA_*), not this file.
 process.roles=broker,controller
@@ -29,6 +30,9 @@ group.initial.rebalance.delay.ms=0
 # Short enough that a topic with a short retention.ms really loses its old segments in a test.
 log.retention.check.interval.ms=5000
 log.segment.delete.delay.ms=1000
+# The log cleaner looks for compactable logs every second, not every 15 s: a compacted state topic's test
+# waits for it (a local broker with few topics; production keeps Kafka's default).
+log.cleaner.backoff.ms=1000
 """
 
 PROXY_ENV = ("EOSFLOW_KAFKA_PROXIED_PORT", "EOSFLOW_KAFKA_PROXY_PORT", "EOSFLOW_TOXIPROXY_PORT")
