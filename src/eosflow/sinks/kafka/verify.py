@@ -66,17 +66,7 @@ class KafkaVerifyResult:
 
 def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
     sink = pipeline.sink
-    with psycopg.connect(settings.warehouse_dsn) as conn:
-        ranges = conn.execute(
-            "select topic, partition, start_offset, end_offset from eosflow.ledger "
-            "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
-            (pipeline.name,),
-        ).fetchall()
-        written, rejected = conn.execute(
-            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
-            "where pipeline = %s and kind = 'data'",
-            (pipeline.name,),
-        ).fetchone()
+    ranges, written, rejected = committed(settings, pipeline)
     source = set(_source_records(settings.kafka, ranges))
     output = Counter(_named_sources(settings.kafka, sink.output_topic))
     dead = Counter(_named_sources(settings.kafka, sink.dead_letter_topic))
@@ -108,6 +98,22 @@ def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResu
         ),
     )
     return KafkaVerifyResult(pipeline.name, checks)
+
+
+def committed(settings: Settings, pipeline: Pipeline) -> tuple[list[tuple], int, int]:
+    """The pipeline's committed data ranges, and the rows the ledger says they wrote and rejected."""
+    with psycopg.connect(settings.warehouse_dsn) as conn:
+        ranges = conn.execute(
+            "select topic, partition, start_offset, end_offset from eosflow.ledger "
+            "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
+            (pipeline.name,),
+        ).fetchall()
+        written, rejected = conn.execute(
+            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
+            "where pipeline = %s and kind = 'data'",
+            (pipeline.name,),
+        ).fetchone()
+    return ranges, written, rejected
 
 
 def once_and_nothing_else(twice: list[Coordinates], foreign: list[Coordinates]) -> list[Finding]:

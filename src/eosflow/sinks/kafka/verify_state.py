@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import msgspec
-import psycopg
 
 from eosflow.pipelines import Pipeline
 from eosflow.schema.changes import TOMBSTONE, ChangeCheck
@@ -40,6 +39,7 @@ from eosflow.sinks.kafka.verify import (
     _expired,
     _log_starts,
     _show,
+    committed,
     once_and_nothing_else,
 )
 from eosflow.sources.kafka.range_read import headers_json
@@ -72,17 +72,7 @@ class Last:
 
 def verify_state_topic(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
     sink = pipeline.sink
-    with psycopg.connect(settings.warehouse_dsn) as conn:
-        ranges = conn.execute(
-            "select topic, partition, start_offset, end_offset from eosflow.ledger "
-            "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
-            (pipeline.name,),
-        ).fetchall()
-        written, rejected = conn.execute(
-            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
-            "where pipeline = %s and kind = 'data'",
-            (pipeline.name,),
-        ).fetchone()
+    ranges, written, rejected = committed(settings, pipeline)
     state = PartitionState(pipeline.schema)  # for its key encoding and JSON images only
     check = ChangeCheck(pipeline.schema, pipeline.max_value_bytes, settings.registry)
     output_seen: Counter = Counter()
