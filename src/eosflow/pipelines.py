@@ -404,10 +404,10 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
             f"{where}: sink: {sink_class.kind} does not keep a change stream's state table yet (changes: "
             f"{schema.changes}); use the warehouse sink (state_table:), or drop changes to append the records"
         )
-    if schema.changes is not None and delivery != "exactly_once":
+    if schema.changes is not None and delivery not in sink_class.state_deliveries:
         raise PipelineConfigError(
-            f"{where}: a change stream's state is exact only with delivery: exactly_once (its changes and "
-            "its positions commit together); drop delivery"
+            f"{where}: sink: {sink_class.kind} keeps a change stream's state with delivery: exactly_once "
+            f"only (its changes and its positions commit together); drop delivery {delivery}"
         )
     sink = sink_class.declare(spec, schema, where)
 

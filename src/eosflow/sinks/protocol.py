@@ -95,6 +95,9 @@ class Sink(ABC):
     task_modules: ClassVar[tuple[str, ...]] = ()  # what its Spark tasks import (a stream warms them up)
     # Whether it keeps a change stream's state table (`changes:`, docs/DESIGN.md "Change streams").
     keeps_state: ClassVar[bool] = False
+    # The delivery modes it keeps that state under: exactly_once unless its commit can apply the state in
+    # a split one's output transaction (docs/DESIGN.md "Delivery modes").
+    state_deliveries: ClassVar[tuple[str, ...]] = ("exactly_once",)
 
     # --- the declaration
 

@@ -71,14 +71,20 @@ def _commit_exactly_once(
         else:  # a target made before partitioned targets, not migrated yet
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        if kept := state.of(pipeline):  # a change stream: its keys' rows recomputed from the changelog
-            started = time.monotonic()
-            state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
-            print(f"eosflow: state apply: {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
+        _apply_state(conn, pipeline, plan)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
+
+
+def _apply_state(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> None:
+    """A change stream's touched keys recomputed from the changelog, in the transaction that wrote its rows
+    (in a split mode, the output's: docs/DESIGN.md "Delivery modes"); nothing for a pipeline that appends."""
+    if kept := state.of(pipeline):
+        started = time.monotonic()
+        state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
+        print(f"eosflow: state apply: {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
 
 
 def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> bool:
@@ -164,6 +170,7 @@ def _commit_output_then_positions(
             return ALREADY_COMMITTED, {}
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _apply_state(conn, pipeline, plan)  # a re-delivered change is not newer than its first copy
         _clear_staging(conn, stage, plan.batch_id)
     fault_point("in_commit")  # output visible, positions not moved: the duplicate window
     with conn.transaction():
@@ -203,6 +210,7 @@ def _positions_then_output(
     fault_point("in_commit")  # positions moved, output not written: the loss window
     with conn.transaction():
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
+        _apply_state(conn, pipeline, plan)
         _clear_staging(conn, stage, plan.batch_id)
     return COMMITTED, counts
 

@@ -31,6 +31,8 @@ class PostgresSink(Sink):
     truth: ClassVar[str] = "warehouse"
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.postgres.stage",)
     keeps_state: ClassVar[bool] = True
+    # The comparison modes too: the state apply commits in the output's transaction (commit.py).
+    state_deliveries: ClassVar[tuple[str, ...]] = ("exactly_once", "at_least_once", "at_most_once")
 
     target_table: str  # a change stream's changelog
     state_table: str = ""  # a change stream's current state, one row per primary key (state.py)
