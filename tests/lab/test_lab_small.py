@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab_trials(tmp_path_factory) -> list[dict]:
-    """`eosflow lab --small`: 15 trials of real faults, each a fresh pipeline run by real processes on the
+    """`eosflow lab --small`: 18 trials of real faults, each a fresh pipeline run by real processes on the
     lab's own stack (about 7 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
     out = tmp_path_factory.mktemp("lab")
     done = subprocess.run(
@@ -44,6 +44,8 @@ def lab_trials(tmp_path_factory) -> list[dict]:
     for row in rows:
         for key in ("produced", "acknowledged", "committed", "lost", "duplicated", "faults"):
             row[key] = int(row[key])
+        replica = [row.pop(f"replica_{k}") for k in ("missing", "stale", "extra")]
+        row["replica"] = tuple(map(int, replica)) if all(replica) else None  # "": no replica
     print("\n".join(f"{r['scenario']} / {r['producer']} / {r['mode']}: {r['fault_detail']}" for r in rows))
     return rows
 
@@ -150,3 +152,21 @@ def test_the_stream_loses_and_duplicates_nothing_when_raced_by_a_replay(lab_tria
     assert (
         "replay of" in race["fault_detail"] and "exit 0 while the stream stood staged" in race["fault_detail"]
     )
+
+
+@pytest.mark.timeout(3600)
+def test_a_change_stream_replica_is_exact_under_the_modes_that_do_not_lose_and_differs_under_at_most_once(
+    lab_trials,
+):
+    """kill -9 between the split modes' two transactions, after a first run committed half the changes: the
+    changelog against the committed changes, the state table against the source table they leave."""
+    eo = _pick(lab_trials, "kill -9 in_commit", "changes_exactly_once")
+    assert eo["acknowledged"] > 0 and (eo["lost"], eo["duplicated"], eo["replica"]) == (0, 0, (0, 0, 0)), eo
+    assert eo["invariants"] == "pass", eo
+    alo = _pick(lab_trials, "kill -9 in_commit", "changes_at_least_once")
+    assert alo["duplicated"] > 0 and alo["lost"] == 0 and alo["replica"] == (0, 0, 0), alo
+    assert alo["invariants"] == "fail: I1", alo  # S1-S3 hold: the state is the changelog's last changes
+    amo = _pick(lab_trials, "kill -9 in_commit", "changes_at_most_once")
+    assert 0 < amo["lost"] < amo["acknowledged"] and amo["duplicated"] == 0, amo
+    assert amo["replica"] is not None and sum(amo["replica"]) > 0, amo
+    assert amo["invariants"] == "fail: I4", amo

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from decimal import Decimal
 
 from eosflow.lab import report, runner
 from eosflow.lab.outcome import Trial, tally
@@ -37,6 +38,9 @@ def test_the_small_lab_keeps_what_only_the_lab_shows_and_one_trial_of_each_runne
     assert sorted(todo["kill-in-commit"]) == [
         "at_least_once",
         "at_most_once",
+        "changes_at_least_once",
+        "changes_at_most_once",
+        "changes_exactly_once",
         "exactly_once",
         "iceberg_exactly_once",
     ]
@@ -57,7 +61,7 @@ def test_the_small_lab_keeps_what_only_the_lab_shows_and_one_trial_of_each_runne
     }
 
     assert not skipped & set(todo)
-    assert sum(map(len, todo.values())) == 13
+    assert sum(map(len, todo.values())) == 16
 
 
 def test_a_scenario_named_with_small_runs_its_first_mode_even_when_the_small_lab_skips_it():
@@ -76,7 +80,10 @@ def test_the_full_lab_runs_every_consumer_scenario_under_every_mode_and_trials_r
         "at_least_once",
         "at_most_once",
         "iceberg_exactly_once",
+        *runner.CHANGES,
     }
+    assert {m for m, _ in todo["zombie"]} >= set(runner.CHANGES)
+    assert {m for m, _ in todo["postgres-restart"]} >= set(runner.CHANGES)
     assert todo["producer-retries"] == [("exactly_once", 1), ("exactly_once", 2)]
     stream = [k for k in todo if k.startswith("stream-")]
     assert sorted(stream) == [
@@ -103,8 +110,8 @@ def test_the_report_sums_trials_and_marks_loss_and_duplicates(tmp_path):
         _trial("kill", "at_most_once", 8, 0, "fail: I4"),
     ]
     table = report.markdown_table(trials)
-    assert "| kill | transactional | exactly_once | 2 | 20 | 16 | 16 | 0 | 0 | pass | 2 |" in table
-    assert "| **8** | 0 | fail: I4 |" in table
+    assert "| kill | transactional | exactly_once | 2 | 20 | 16 | 16 | 0 | 0 | n/a | pass | 2 |" in table
+    assert "| **8** | 0 | n/a | fail: I4 |" in table
     md, table_csv = report.write(trials, tmp_path, "# header")
     assert "What happened, trial by trial" in md.read_text()
     with table_csv.open() as fh:
@@ -153,3 +160,71 @@ def test_the_toxiproxy_client_reads_both_versions_answers_to_get_version(tmp_pat
         assert client._request("GET", "/version") == {"version": "2.12.0"}
     finally:
         server.shutdown()
+
+
+def _changes(*steps: tuple[str, int, str]) -> dict[str, tuple[str, tuple]]:
+    """Changes by LSN id: (op, key, email), in LSN order from 10."""
+    return {
+        str(10 * (i + 1)): (op, (key, email, "1.50", 1_000_000, '{"tier": "gold"}'))
+        for i, (op, key, email) in enumerate(steps)
+    }
+
+
+def test_the_source_table_is_each_keys_last_committed_change_aborted_ones_left_out():
+    from eosflow.lab.changes import ChangeManifest
+
+    sent = _changes(("c", 1, "a"), ("c", 2, "b"), ("u", 1, "a2"), ("d", 2, ""), ("c", 3, "c"), ("u", 3, "c2"))
+    statuses = ["committed", "committed", "aborted", "committed", "committed", "aborted"]
+    rows = [EventRow(eid, 0, i, st, i) for i, (eid, st) in enumerate(zip(sent, statuses, strict=True))]
+    rows.insert(4, EventRow("40~", 0, 9, "committed", 3))  # the delete's tombstone
+    m = ChangeManifest("t", {}, rows, {}, sent)
+    gold = {"tier": "gold"}
+    assert m.source_table() == {
+        1: ("a", Decimal("1.50"), 1_000_000, gold),
+        3: ("c", Decimal("1.50"), 1_000_000, gold),
+    }
+    counted = m.committed_changes()
+    assert [r.event_id for r in counted.rows] == list(sent)  # the tombstone is no change
+    # the changelog holds the committed changes, one of them twice: re-delivered, not lost
+    t = tally(counted, ["10", "20", "40", "50", "50"])
+    assert (t.acknowledged, t.committed, t.lost, t.duplicated) == (4, 4, 0, 1)
+
+
+def test_the_replica_counts_keys_missing_stale_and_extra_against_the_source():
+    from eosflow.lab.changes import compare
+
+    source = {1: ("a", None, 1, {}), 2: ("b", None, 2, {}), 3: ("c", None, 3, {})}
+    replica = {1: ("a", None, 1, {}), 2: ("b", None, 2, {"x": 1}), 4: ("d", None, 4, {})}
+    found = compare(source, replica)
+    assert (found.missing, found.stale, found.extra, found.differs) == (1, 1, 1, 3)
+    assert compare(source, dict(source)).differs == 0
+
+
+def test_the_lab_changes_are_debeziums_envelopes_each_delete_followed_by_its_tombstone():
+    import json
+
+    from eosflow.lab.changes import events, keys_for
+
+    sent: dict = {}
+    produced = list(events(60, seed=3, sent=sent))
+    changes = [e for e in produced if e.value is not None]
+    assert len(changes) == 60 == len(sent) and keys_for(60) >= 1
+    lsns = [json.loads(e.value)["source"]["lsn"] for e in changes]
+    assert lsns == sorted(set(lsns)) and [str(n) for n in lsns] == [e.event_id for e in changes]
+    for i, e in enumerate(produced):
+        body = json.loads(e.value) if e.value is not None else None
+        assert e.key == b'{"id":%d}' % sent[e.event_id.rstrip("~")][1][0]
+        if body is not None and body["op"] == "d":
+            assert produced[i + 1].value is None and produced[i + 1].event_id == f"{e.event_id}~"
+
+
+def test_a_trial_with_a_replica_shows_its_counts_and_one_without_says_n_a():
+    from eosflow.lab.changes import Replica
+
+    tally_ = tally(_manifest({"a": "committed"}), ["a"])
+    rest = {"invariants": "pass", "faults": 1, "fault_detail": "d"}
+    kept = Trial.of("kill", "changes_at_most_once", "transactional", 1, tally_, Replica(2, 1, 3), **rest)
+    plain = Trial.of("kill", "exactly_once", "transactional", 1, tally_, **rest)
+    assert kept.replica == (2, 1, 3) and plain.replica is None
+    assert report.replica([kept, kept]) == "4/2/6" and report.replica([plain]) == "n/a"
+    assert "| **2/1/3** | pass |" in report.markdown_table([kept])

@@ -27,12 +27,17 @@ def crash(lab: Lab, point: str, mode: str, trial: int) -> Trial:
     """SIGKILL the job at a step boundary, then retry with the same run id."""
     p = lab.pipeline(f"crash_{point}", mode, trial)
     manifest = lab.produce(p, seed=lab.seed + trial)
+    before = ""
+    if p.changes:  # a first run commits the first half: the killed one changes rows a replica holds
+        limit = lab.split_runs(p, manifest)
+        earlier = lab.run_job(p, "r0")
+        before = f"run r0 (up to {limit} offsets a partition) exit {earlier.returncode}; "
     first = lab.run_job(p, "r1", EOSFLOW_CRASH_AT=point)
     # Inside a Spark task the SIGKILL kills the task's Python worker: the job then fails (exit 1).
     died = first.killed or (point in SINK_FAULT_POINTS and first.returncode != 0)
     faults = int(died and f"SIGKILL at {point}" in first.stderr)
     retry = lab.run_job(p, "r1")
-    detail = f"killed at {point}: exit {first.returncode}"
+    detail = f"{before}killed at {point}: exit {first.returncode}"
     if not faults:  # it did not die where it was told to: say what stopped it instead
         detail += f" ({_last_error(first)})"
     detail += f"; retry (same run id) exit {retry.returncode}"
@@ -123,6 +128,7 @@ def _trial(lab: Lab, scenario: str, p: LabPipeline, manifest, trial: int, faults
         "transactional",
         trial,
         lab.measure(p, manifest),
+        replica=lab.replica(p, manifest),
         invariants=lab.invariants(p),
         faults=faults,
         fault_detail=detail,

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from eosflow.produce.manifest import Manifest
+
+if TYPE_CHECKING:
+    from eosflow.lab.changes import Replica
 
 
 @dataclass(frozen=True)
@@ -52,13 +56,39 @@ class Trial:
     invariants: str  # "pass", "fail: <names>", or "n/a"
     faults: int  # faults injected AND confirmed to have happened
     fault_detail: str  # what was done, with evidence (pids before/after, retries seen, ...)
+    # A change stream's state table against the source table (eosflow.lab.changes); None: no replica.
+    replica_missing: int | None = None  # live in the source, absent
+    replica_stale: int | None = None  # present, some column differs
+    replica_extra: int | None = None  # deleted in the source, present
 
     @classmethod
     def columns(cls) -> list[str]:
         return [f.name for f in fields(cls)]
 
+    @property
+    def replica(self) -> tuple[int, int, int] | None:
+        """(missing, stale, extra), or None for a trial whose pipeline keeps no replica."""
+        if self.replica_missing is None or self.replica_stale is None or self.replica_extra is None:
+            return None
+        return self.replica_missing, self.replica_stale, self.replica_extra
+
     @classmethod
-    def of(cls, scenario: str, mode: str, producer: str, trial: int, t: Tally, **rest) -> Trial:
+    def of(
+        cls,
+        scenario: str,
+        mode: str,
+        producer: str,
+        trial: int,
+        t: Tally,
+        replica: Replica | None = None,
+        **rest,
+    ) -> Trial:
+        if replica is not None:
+            rest |= {
+                "replica_missing": replica.missing,
+                "replica_stale": replica.stale,
+                "replica_extra": replica.extra,
+            }
         return cls(
             scenario=scenario,
             mode=mode,

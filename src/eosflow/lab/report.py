@@ -10,7 +10,8 @@ from pathlib import Path
 from eosflow.lab.outcome import Trial
 
 HEAD = ("scenario", "producer", "consumer mode", "trials", "produced", "acknowledged", "committed",
-        "lost", "duplicated", "dbt invariants", "faults")  # fmt: skip
+        "lost", "duplicated", "replica missing/stale/extra", "dbt invariants", "faults")  # fmt: skip
+REPLICA = HEAD.index("replica missing/stale/extra")
 
 
 def rows(trials: Sequence[Trial]) -> list[tuple]:
@@ -32,11 +33,20 @@ def rows(trials: Sequence[Trial]) -> list[tuple]:
                 sum(t.committed for t in ts),
                 sum(t.lost for t in ts),
                 sum(t.duplicated for t in ts),
+                replica(ts),
                 "; ".join(verdicts),
                 sum(t.faults for t in ts),
             )
         )
     return out
+
+
+def replica(trials: Sequence[Trial]) -> str:
+    """A change stream's state table against its source, summed over the trials; n/a without a replica."""
+    counts = [t.replica for t in trials if t.replica is not None]
+    if not counts:
+        return "n/a"
+    return "/".join(str(sum(c[i] for c in counts)) for i in range(3))
 
 
 def markdown_table(trials: Sequence[Trial]) -> str:
@@ -46,6 +56,8 @@ def markdown_table(trials: Sequence[Trial]) -> str:
         lost, dup = row[7], row[8]
         cells[7] = f"**{lost:,}**" if lost else "0"
         cells[8] = f"**{dup:,}**" if dup else "0"
+        if row[REPLICA] not in ("n/a", "0/0/0"):
+            cells[REPLICA] = f"**{row[REPLICA]}**"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -68,7 +80,11 @@ def write(trials: Sequence[Trial], out_dir: Path, header: str) -> tuple[Path, Pa
         "Lost: acknowledged records absent from the output (the warehouse table; for the kafka_ modes, "
         "the output topic as a read_committed consumer reads it). Duplicated: output rows or records beyond "
         "one per event. Both are counted against the producer's manifest, never eosflow's ledger. "
-        "Faults: injected and observed to have happened.\n\n"
+        "For the changes_ modes (a Debezium change stream into a changelog and a state table) a record is a "
+        "change, its id its LSN (tombstones not counted), and lost and duplicated are the changelog's; "
+        "replica missing/stale/extra compares the state table with the source table the committed changes "
+        "leave: keys live in the source and absent, present with a column that differs, present though "
+        "deleted (n/a: no replica). Faults: injected and observed to have happened.\n\n"
         f"## What happened, trial by trial\n\n{details}\n"
     )
     with table_csv.open("w", newline="") as fh:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from eosflow.lab import consumer_faults, publisher_faults, stream_faults
 from eosflow.lab.outcome import Trial
-from eosflow.lab.world import ICEBERG_MODES, KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
+from eosflow.lab.world import CHANGE_MODES, ICEBERG_MODES, KAFKA_MODES, PUBLISH_MODES, STREAM_MODES, Lab
 from eosflow.pipelines import DELIVERY_MODES
 
 Cell = tuple[str, int]  # (consumer delivery mode, trial number)
@@ -21,6 +21,8 @@ KAFKA = tuple(KAFKA_MODES)  # a Kafka sink, exactly_once and its at_least_once c
 ICEBERG = tuple(ICEBERG_MODES)  # an Iceberg sink, exactly_once
 PUBLISH = tuple(PUBLISH_MODES)  # eosflow publish, exactly_once and its at_least_once comparison
 STREAM = tuple(STREAM_MODES)  # eosflow stream
+CHANGES = tuple(CHANGE_MODES)  # a Debezium change stream into the warehouse, in each delivery mode
+CHANGE_CRASH_POINTS = ("after_stage", "in_commit")  # the commit's two sides: nothing in, or the split
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,13 @@ def _publish(fn: Callable[[Lab, str, int], Trial]) -> Runner:
 
 def _crash_modes(point: str) -> tuple[str, ...]:
     warehouse = DELIVERY_MODES + ICEBERG if point in consumer_faults.CRASH_POINTS else ()
-    return warehouse + (KAFKA if point in consumer_faults.KAFKA_CRASH_POINTS else ())
+    kafka = KAFKA if point in consumer_faults.KAFKA_CRASH_POINTS else ()
+    return warehouse + kafka + (CHANGES if point in CHANGE_CRASH_POINTS else ())
 
 
 def _crash_small_modes(point: str) -> tuple[str, ...]:
     if point == "in_commit":  # where the three semantics differ; Iceberg: in the table, the ledger not told
-        return (*DELIVERY_MODES, "iceberg_exactly_once")
+        return (*DELIVERY_MODES, "iceberg_exactly_once", *CHANGES)  # changes: what each does to a replica
     return ("kafka_exactly_once", "kafka_at_least_once") if point == "in_kafka_transaction" else ()
 
 
@@ -92,13 +95,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "postgres-restart",
         _each(consumer_faults.postgres_restart_mid_commit),
-        DELIVERY_MODES + KAFKA + ICEBERG,  # Iceberg: the catalog's Postgres, after the table's commit
+        DELIVERY_MODES + KAFKA + ICEBERG + CHANGES,  # Iceberg: the catalog's Postgres, after its commit
         small_modes=EO,
     ),
     Scenario(
         "zombie",
         _each(consumer_faults.zombie),
-        DELIVERY_MODES + KAFKA + ICEBERG,
+        DELIVERY_MODES + KAFKA + ICEBERG + CHANGES,
         small_modes=("at_least_once",),  # the comparison that duplicates; exactly_once is fenced (its tests)
     ),
     Scenario("airflow-clear", _airflow, DELIVERY_MODES + KAFKA),
@@ -133,11 +136,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("producer-retries", _proxy, modes=EO, small_modes=EO),
     Scenario("leader-failure", _acks, modes=EO, small_modes=EO),
 )
-# The CI-sized lab (`--small`, 15 trials) keeps what only the lab shows: the three semantics where they
-# differ (kill -9 in the commit; Postgres restarted mid-commit; a zombie, where at-least-once duplicates),
-# the producer's faults, and one trial of each other runner and sink so the lab's own code for each stays
-# tested. The other boundaries, restarts, zombies and the Airflow clear are the full lab's (`make lab`),
-# and each is attacked by an integration test or the randomized schedule too.
+# The CI-sized lab (`--small`, 18 trials) keeps what only the lab shows: the three semantics where they
+# differ (kill -9 in the commit, for appended records and for a change stream's replica; Postgres restarted
+# mid-commit; a zombie, where at-least-once duplicates), the producer's faults, and one trial of each
+# other runner and sink so the lab's own code for each stays tested. The other boundaries, restarts,
+# zombies and the Airflow clear are the full lab's (`make lab`), and each is attacked by an integration
+# test or the randomized schedule too.
 
 
 def by_key() -> dict[str, Scenario]:

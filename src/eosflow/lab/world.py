@@ -21,6 +21,7 @@ import yaml
 from eosflow import names, pipelines
 from eosflow import settings as settings_mod
 from eosflow.kafka_admin import ensure_topic
+from eosflow.lab import changes
 from eosflow.lab.outcome import Tally, tally
 from eosflow.produce import events
 from eosflow.produce.manifest import Manifest
@@ -49,7 +50,15 @@ ICEBERG_MODES = {"iceberg_exactly_once": "exactly_once"}
 PUBLISH_MODES = {"publish_exactly_once": "exactly_once", "publish_at_least_once": "at_least_once"}
 # `eosflow stream`: micro-batches into the warehouse, exactly once (its comparison is the batch modes').
 STREAM_MODES = {"stream_exactly_once": "exactly_once"}
-LAB_MODES = (*pipelines.DELIVERY_MODES, *KAFKA_MODES, *ICEBERG_MODES, *PUBLISH_MODES, *STREAM_MODES)
+# A Debezium change stream into the warehouse: a changelog and a state table, under each delivery mode.
+CHANGE_MODES = {
+    "changes_exactly_once": "exactly_once",
+    "changes_at_least_once": "at_least_once",
+    "changes_at_most_once": "at_most_once",
+}
+LAB_MODES = (
+    *pipelines.DELIVERY_MODES, *KAFKA_MODES, *ICEBERG_MODES, *PUBLISH_MODES, *STREAM_MODES, *CHANGE_MODES
+)  # fmt: skip
 MODE_TAGS = {
     "exactly_once": "eo",
     "at_least_once": "alo",
@@ -60,6 +69,9 @@ MODE_TAGS = {
     "publish_exactly_once": "peo",
     "publish_at_least_once": "palo",
     "stream_exactly_once": "seo",
+    "changes_exactly_once": "ceo",
+    "changes_at_least_once": "calo",
+    "changes_at_most_once": "camo",
 }
 
 
@@ -93,6 +105,15 @@ class LabPipeline:
     @property
     def output_topic(self) -> str:
         return f"{self.topic}.out"
+
+    @property
+    def changes(self) -> bool:
+        """A change stream: `table` is its changelog, `state_table` the replica."""
+        return self.mode in CHANGE_MODES
+
+    @property
+    def state_table(self) -> str:
+        return f"lab_replica.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -129,15 +150,25 @@ class Lab:
         """A fresh pipeline (topic, table) for one trial, declared in the lab's pipelines file."""
         name = names.fitted(f"lab_{scenario}_{MODE_TAGS[mode]}_{trial}_{time.time_ns() % 10**8:08d}")
         p = LabPipeline(name, f"lab.{name}", f"lab.{name}", mode)
+        declared = pipelines.declaration(self.settings.root / "pipelines.yml", "orders")
+        if p.changes:
+            declared = {
+                "format": "json",
+                "columns": changes.COLUMNS,
+                "changes": "debezium",
+                "primary_key": ["id"],
+            }
         if p.writes_to_kafka:
             sink = {"sink": "kafka", "output_topic": p.output_topic, "delivery": KAFKA_MODES[mode]}
         elif p.writes_to_iceberg:
             sink = {"sink": "iceberg", "table": p.table}  # lab.<name> in the Iceberg catalog
+        elif p.changes:
+            sink = {"target_table": p.table, "state_table": p.state_table, "delivery": CHANGE_MODES[mode]}
         else:
             sink = {"target_table": p.table, "delivery": STREAM_MODES.get(mode, mode)}
         self._declared[name] = {
             "topics": [p.topic],
-            **pipelines.declaration(self.settings.root / "pipelines.yml", "orders"),
+            **declared,
             "transform_version": "v1",
             "initial_offset": "earliest",
             "max_records_per_partition": 1_000_000,
@@ -147,6 +178,15 @@ class Lab:
         self.write_declarations()
         return p
 
+    def split_runs(self, p: LabPipeline, manifest: Manifest) -> int:
+        """Make each run of `p` read at most half of its largest partition's offsets, so two runs read the
+        topic: a change stream's second run then changes rows the first one committed. Returns the limit."""
+        last = max((r.offset for r in manifest.rows if r.offset >= 0), default=0)
+        limit = (last + 2 + 1) // 2  # the offsets up to the last transaction's marker, halved, rounded up
+        self._declared[p.name]["max_records_per_partition"] = limit
+        self.write_declarations()
+        return limit
+
     # -- producing ----------------------------------------------------------------------------------------
     def produce(self, p: LabPipeline, seed: int, partitions: int = 3) -> Manifest:
         """Transactions of 50 with one in ten aborted: the realistic input, holes in offsets included."""
@@ -154,7 +194,10 @@ class Lab:
         delivery = Delivery(transactional_id=f"{p.name}-tx", txn_size=50, abort_ratio=0.1)
         producer = EventProducer(self.settings.bootstrap_servers, p.topic, delivery, seed=seed)
         try:
-            manifest = produce_stream(producer, events.generate(seed, self.records), seed)
+            if p.changes:  # Debezium's changes of a customers table, and the source table they leave
+                manifest = changes.produce(producer, self.records, seed)
+            else:
+                manifest = produce_stream(producer, events.generate(seed, self.records), seed)
         finally:
             producer.close()
         manifest.write(self.home / "manifests" / f"{p.name}.json")
@@ -215,17 +258,30 @@ class Lab:
             return tally(manifest, topic_event_ids(self.settings.kafka, p.output_topic))
         if p.writes_to_iceberg:
             return tally(manifest, iceberg_event_ids(self.settings, p.table))
+        if isinstance(manifest, changes.ChangeManifest):  # the changelog, a change's id its LSN
+            with psycopg.connect(self.settings.warehouse_dsn) as conn:
+                return tally(manifest.committed_changes(), changes.changelog_ids(conn, p.table))
         with psycopg.connect(self.settings.warehouse_dsn) as conn:
             exists = conn.execute("select to_regclass(%s) is not null", (p.table,)).fetchone()[0]
             ids = [str(r[0]) for r in conn.execute(f"select event_id from {p.table}")] if exists else []
         return tally(manifest, ids)
 
+    def replica(self, p: LabPipeline, manifest: Manifest) -> changes.Replica | None:
+        """A change stream's state table against the source table its committed changes describe (read
+        with psycopg); None for a pipeline that keeps no replica."""
+        if not isinstance(manifest, changes.ChangeManifest):
+            return None
+        with psycopg.connect(self.settings.warehouse_dsn) as conn:
+            return changes.compare(manifest.source_table(), changes.read_state(conn, p.state_table))
+
     def invariants(self, p: LabPipeline) -> str:
         """dbt's verdict on the pipeline: I1-I6 as `eosflow verify` runs them (for a Kafka sink, its
-        topics read back against the ledger)."""
+        topics read back against the ledger; for a change stream, S1-S3 too)."""
         from eosflow.verify import run_dbt
 
-        if p.writes_to_kafka or p.writes_to_iceberg:  # the sink's own verify (Iceberg: dbt's, by name)
+        if (
+            p.writes_to_kafka or p.writes_to_iceberg or p.changes
+        ):  # the sink's own verify (Iceberg: dbt's, by name)
             pipeline = pipelines.load(self.settings, p.name, self.pipelines_file)
             checked = pipeline.sink.verify(self.settings, pipeline, False)
             failed = sorted({getattr(c, "invariant", None) or c.name for c in checked.failed})

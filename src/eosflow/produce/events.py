@@ -33,7 +33,7 @@ CURRENCIES = ("EUR", "USD", "GBP")
 class Event:
     event_id: str
     key: bytes
-    value: bytes
+    value: bytes | None  # None: a tombstone (the lab's change streams send Debezium's)
 
 
 def generate(seed: int, count: int, start_time: datetime | None = None) -> Iterator[Event]:
