@@ -170,6 +170,43 @@ def test_a_toast_placeholder_takes_the_previous_runs_value_and_a_key_update_move
     verified(case)
 
 
+def test_a_key_moved_from_a_row_an_earlier_run_deleted_is_rejected_naming_replica_identity_full(case):
+    """About 10 s. A primary-key update (10 -> 20) split by a run's end: run 1 commits its delete half, so
+    run 2's create, its notes left out (TOAST), has no row to take them from. The create is rejected (its
+    coordinates and bytes, REPLICA IDENTITY FULL named, as the Kafka sink words it) in the same commit as
+    the rest of the run, key 20 gets no row with a NULL the source does not hold, the ledger counts every
+    record read as written or rejected, and verify passes (a rejected change is no key's last)."""
+    from eosflow.schema.changes import OLD_KEY_HEADER, PLACEHOLDER
+
+    table = as_iceberg_state(case)
+    src = Source(case, partitions=1)
+    src.send("c", {"id": 10, "email": "a@x", "balance": None, "notes": "long text"})
+    moved_at = src.send("d", {"id": 10, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    # Debezium sends both halves of the update at its one LSN.
+    moved = {"op": "c", "before": None, "after": {"id": 20, "email": "a@x", "balance": None,
+             "notes": PLACEHOLDER}, "source": {"lsn": moved_at, "ts_ms": 1}}  # fmt: skip
+    value = json.dumps(moved).encode()
+    src.producer.produce(case.topic, key=b'{"id": 20}', value=value, partition=0,
+                         headers=[(OLD_KEY_HEADER, b'{"id": 10}')])  # fmt: skip
+    src.send("c", {"id": 21, "email": "b@x", "balance": None, "notes": "n"})
+    src.flush()
+    summary = case.ingest()
+    assert summary.outcome == "committed"
+    assert state_of(case, table) == {21: ("b@x", None, "n")}
+    ((partition, offset, error, raw_value),) = case.rejected()
+    assert (partition, offset, raw_value) == (0, 3, value)  # c, d, tombstone; then the create
+    assert error.startswith("unchanged TOAST column(s) ['notes'] of a key moved from key {\"id\": 10}")
+    assert error.endswith("Set REPLICA IDENTITY FULL on the source table so Debezium sends them")
+    assert case.query("select raw_key from eosflow.rejected where pipeline = %s", case.name) == [
+        (b'{"id": 20}',)
+    ]
+    ledger = case.ledger()
+    assert [(r[4], r[5], r[6]) for r in ledger] == [(3, 3, 0), (2, 1, 1)]  # read, written, rejected
+    verified(case)
+
+
 def test_a_truncate_empties_every_row_older_than_it(case):
     table = as_iceberg_state(case)
     src = Source(case)

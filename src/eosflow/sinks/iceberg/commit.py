@@ -64,6 +64,14 @@ def deciding(
             going.append(part)
         else:
             outcomes[key] = RangeOutcome(*key, outcome, w.read, w.written, w.rejected, w.lo, w.hi, why)
+    return outcomes, going, position_properties(table, plan, going, written)
+
+
+def position_properties(
+    table, plan: Plan, going: list[PartitionPlan], written: Mapping[Key, Written]
+) -> dict[str, str]:
+    """The position properties the ranges that go on commit: each one's end, batch, counts and rejected
+    rows' files."""
     bodies = iceberg.position_bodies(table)
     properties: dict[str, str] = {}
     for part in going:
@@ -71,7 +79,7 @@ def deciding(
         done = SinkCommitted(part.range.end, plan.batch_id, w.read, w.written, w.rejected)
         body = iceberg.committed_body(bodies.get(_key(part)), done, w.rejected_files)
         properties |= iceberg.position_property(_key(part), body)
-    return outcomes, going, properties
+    return properties
 
 
 def commit_replay(

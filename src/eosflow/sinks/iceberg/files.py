@@ -95,6 +95,41 @@ def range_writer(
     return write
 
 
+def write_rejected(
+    location: str,
+    io_properties: Mapping[str, str],
+    batch_id: str,
+    pipeline: str,
+    key: tuple[str, int],
+    rows: pa.Table,
+) -> str:
+    """Rejected rows the driver finds at commit (a change stream's change it cannot apply) as one file of
+    the range's, named and described as a task's rejected rows are; its URI, for the range's position."""
+    import pyarrow.parquet as pq
+
+    filesystem, root = storage.filesystem(dict(io_properties), location)
+    topic, partition = key
+    parts = (name_part(batch_id), name_part(topic), partition, "rejected", f"commit{uuid.uuid4().hex[:12]}")
+    name = f"eosflow-rejected/{name_part(batch_id)}/{'-'.join(map(str, parts))}.parquet"
+    table = rows.select([n for n, _ in REJECTED_COLUMNS]).cast(pa.schema(REJECTED_COLUMNS))
+    table = table.replace_schema_metadata(_origin(pipeline, batch_id, key, "rejected"))
+    with filesystem.open_output_stream(f"{root.rstrip('/')}/{name}") as stream:
+        pq.write_table(table, stream)
+    return f"{location.rstrip('/')}/{name}"
+
+
+def _origin(pipeline: str, batch_id: str, key: tuple[str, int], kind: str) -> dict[str, str]:
+    """What a file's name held before names were made safe: the batch, whole, in its metadata."""
+    topic, partition = key
+    return {
+        "eosflow.pipeline": pipeline,
+        "eosflow.batch_id": batch_id,
+        "eosflow.kafka_topic": topic,
+        "eosflow.kafka_partition": str(partition),
+        "eosflow.kind": "data" if kind == "data" else "rejected",
+    }
+
+
 _ROW_SCHEMA = pa.schema(
     [
         ("kafka_topic", pa.string()),
@@ -179,15 +214,7 @@ class _Writers:
         return self.open[slot]
 
     def _origin(self, key: tuple[str, int], kind: str) -> dict[str, str]:
-        """What the file's name held before names were made safe: the batch, whole, in its metadata."""
-        topic, partition = key
-        return {
-            "eosflow.pipeline": self.pipeline,
-            "eosflow.batch_id": self.batch_id,
-            "eosflow.kafka_topic": topic,
-            "eosflow.kafka_partition": str(partition),
-            "eosflow.kind": "data" if kind == "data" else "rejected",
-        }
+        return _origin(self.pipeline, self.batch_id, key, kind)
 
     def close(self) -> None:
         for writer in self.open.values():

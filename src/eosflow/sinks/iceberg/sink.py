@@ -122,9 +122,12 @@ class IcebergSink(Sink):
     def write(self, conn: psycopg.Connection, run: Run) -> dict:
         """Each Spark task writes its range's files; the driver commits them all, with the positions, in
         one Iceberg commit. Returns each range's outcome (committed in the table when this returns)."""
+        from functools import partial
+
         from eosflow.sinks.iceberg import catalog, commit, files, state, storage
         from eosflow.sinks.iceberg.config import CatalogConfig
         from eosflow.sinks.iceberg.reach import reaching
+        from eosflow.sources.kafka.read_back import records_at
 
         plan = run.plan
         schema = run.pipeline.schema
@@ -152,7 +155,9 @@ class IcebergSink(Sink):
             if plan.kind == "replay":
                 outcomes = commit.commit_replay(table, plan, written, self._committed_in(conn, run, table))
             elif schema.changes is not None:
-                outcomes = state.commit(table, plan, written, schema, self.deletes == "soft", run.log)
+                kafka = run.settings.kafka
+                raw = partial(records_at, kafka)  # a rejected change's record, quoted as it is in Kafka
+                outcomes = state.commit(table, plan, written, schema, self.deletes == "soft", run.log, raw)
             else:
                 outcomes = commit.commit(table, plan, written)
         run.log(

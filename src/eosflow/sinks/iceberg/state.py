@@ -14,7 +14,9 @@ added to the table). The driver, at commit:
 3. keeps only the changes newer than what the key holds and than the latest truncate (older and equal
    ones are taken and counted, not applied);
 4. fills the columns Debezium left out (TOAST, `change_unchanged`) from the key's earlier change in the
-   batch or its held row, or the old key's for the create that follows a primary-key update;
+   batch or its held row, or the old key's for the create that follows a primary-key update; a change
+   none of them holds the value for is rejected (a NULL for a value the source holds would be a wrong
+   row), its key's row left as it was;
 5. and, in the run's one Iceberg transaction (commit._transaction, fenced as every eosflow commit):
    deletes the applied keys' rows (copy-on-write) and those a truncate empties, appends the new images
    (and a soft delete's marked row), and sets the positions, the tombstones and the truncate.
@@ -60,6 +62,18 @@ POSITION_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
     ("batch_id", pa.string()),
 )
 DELETED_AT = ("deleted_at", UTC_MICROS)
+# A change rejected at commit: its coordinates and why (state.commit makes eosflow.rejected's rows of it).
+REJECTED = pa.schema(
+    [
+        ("kafka_topic", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("kafka_offset", pa.int64()),
+        ("kafka_timestamp", UTC_MICROS),
+        ("error", pa.string()),
+    ]
+)
+# The Kafka sink's words for the same gap (sinks/kafka/state.py): the one setting that closes it.
+REPLICA_IDENTITY_FULL = "Set REPLICA IDENTITY FULL on the source table so Debezium sends them"
 # What the driver reads of the staged changes.
 STAGED = (
     "change_op",
@@ -101,39 +115,93 @@ class Applied:
     keys: int = 0  # keys they touch
     applied: int = 0  # keys whose last change was applied
     superseded: int = 0  # keys whose last change was older than (or the same as) what they hold
-    unfilled: int = 0  # unchanged TOAST values no earlier change or row held (left NULL)
+    # Changes whose unchanged TOAST values no earlier change or row held: not applied, rejected (REJECTED).
+    rejected: pa.Table = field(default_factory=REJECTED.empty_table)
 
     def line(self) -> str:
         text = (
             f"state: {self.changes:,} changes to {self.keys:,} keys, {self.applied:,} applied, "
             f"{self.superseded:,} older than what the table holds (taken, not applied)"
         )
-        if self.unfilled:
+        if self.rejected.num_rows:
             text += (
-                f"; {self.unfilled:,} unchanged TOAST value(s) had no earlier change or row to come from "
-                "(left NULL: the key moved from a row deleted in an earlier run; REPLICA IDENTITY FULL on "
-                "the source table sends every value)"
+                f"; {self.rejected.num_rows:,} change(s) rejected: unchanged TOAST value(s) no earlier "
+                "change or row held (a key moved from a row deleted in an earlier run, or a key with no "
+                "row). REPLICA IDENTITY FULL on the source table sends every value"
             )
         return text
 
 
+Raw = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int, int], tuple[bytes | None, bytes | None]]]
+
+
 def commit(
-    table, plan: Plan, written: Mapping[Key, Written], schema: RecordSchema, soft: bool, log: Callable
+    table,
+    plan: Plan,
+    written: dict[Key, Written],
+    schema: RecordSchema,
+    soft: bool,
+    log: Callable,
+    raw: Raw | None = None,
 ) -> dict[Key, RangeOutcome]:
     """The run's one commit to a state table: the ranges decided as any Iceberg commit's, then their changes
-    applied to the rows and the positions set in one fenced transaction; the outcome of each range."""
+    applied to the rows and the positions set in one fenced transaction; the outcome of each range.
+
+    A change the apply rejects (fill_unchanged) moves, in `written`, from its range's written rows to its
+    rejected ones, with a rejected rows' file of its own (raw key and value from `raw`, the records at
+    their coordinates): the range's counts and files, in its position and then in the ledger's mirror,
+    stay those of every record read, written or rejected."""
     from eosflow.sinks.iceberg import commit as iceberg_commit
 
-    outcomes, going, properties = iceberg_commit.deciding(table, plan, written)
+    outcomes, going, _ = iceberg_commit.deciding(table, plan, written)
     if not going:
         return outcomes
     files = [f for p in going for f in written.get((p.range.topic, p.range.partition), Written()).data_files]
     applied = plan_state(table, read_staged(table, files, schema), schema, soft, plan.batch_id)
     log(applied.line())
+    if applied.rejected.num_rows:
+        _reject(table, plan, written, applied.rejected, raw)
+    properties = iceberg_commit.position_properties(table, plan, going, written)
     deleted = [] if applied.deleted is None else [applied.deleted]
     return outcomes | iceberg_commit._transaction(
         table, plan, going, written, [], properties | applied.properties, deleted, applied.appended
     )
+
+
+def _reject(table, plan: Plan, written: dict[Key, Written], rejected: pa.Table, raw: Raw | None) -> None:
+    """The rejected changes as rejected rows (eosflow.rejected's columns), a file per range, counted."""
+    from eosflow.sinks.iceberg import storage
+    from eosflow.sinks.iceberg.files import write_rejected
+
+    places = list(
+        zip(
+            rejected["kafka_topic"].to_pylist(),
+            rejected["kafka_partition"].to_pylist(),
+            rejected["kafka_offset"].to_pylist(),
+            strict=True,
+        )
+    )
+    records = raw(places) if raw is not None else {}
+    n = rejected.num_rows
+    rows = rejected.append_column("pipeline", pa.array([plan.pipeline] * n, pa.string()))
+    rows = rows.append_column(
+        "raw_key", pa.array([records.get(p, (None, None))[0] for p in places], pa.binary())
+    )
+    rows = rows.append_column(
+        "raw_value", pa.array([records.get(p, (None, None))[1] for p in places], pa.binary())
+    )
+    rows = rows.append_column("batch_id", pa.array([plan.batch_id] * n, pa.string()))
+    properties = storage.io_properties(table)
+    for key in sorted({(t, p) for t, p, _ in places}):
+        mine = rows.filter(
+            pc.and_(pc.equal(rows["kafka_topic"], key[0]), pc.equal(rows["kafka_partition"], key[1]))
+        )
+        w = written[key]
+        w.rejected_files.append(
+            write_rejected(table.location(), properties, plan.batch_id, plan.pipeline, key, mine)
+        )
+        w.written -= mine.num_rows
+        w.rejected += mine.num_rows
 
 
 def read_staged(table, files: list[str], schema: RecordSchema) -> pa.Table:
@@ -170,11 +238,12 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
     placeholders = pc.any(unchanged).as_py() or False
     old_keys = _old_keys(keyed.filter(unchanged), schema) if placeholders else []
     held = _held(table, keyed.select(key), old_keys, key, wanted)
+    tombstones = _tombstones(table, key)
     if placeholders:
-        keyed, done.unfilled = fill_unchanged(keyed, held, schema)
+        dead = tombstones.join(keyed.filter(unchanged).select(key), key, join_type="left semi")
+        keyed, done.rejected = fill_unchanged(keyed, held, schema, dead, truncate)
     last = last_changes(keyed, key)
     done.keys = last.num_rows
-    tombstones = _tombstones(table, key)
     positions = _held_positions(last, held, tombstones, key)
     newer = _after(_place(last), positions)
     if truncate is not None:
@@ -476,43 +545,78 @@ def _old_key(text: str | None, key: tuple[str, ...], columns: Mapping) -> dict |
     return None if any(v is None or v is BAD for v in typed.values()) else typed
 
 
-def fill_unchanged(changes: pa.Table, held: pa.Table, schema: RecordSchema) -> tuple[pa.Table, int]:
+def fill_unchanged(
+    changes: pa.Table,
+    held: pa.Table,
+    schema: RecordSchema,
+    tombstones: pa.Table | None = None,
+    truncate: tuple[int, int, int] | None = None,
+) -> tuple[pa.Table, pa.Table]:
     """The changes with every column Debezium left out (change_unchanged) filled with the value the row had:
     that of the key's latest earlier c, r or u (in the batch, or the row the table holds), or, for the
-    create that follows a primary-key update, of the old key's, whichever is later; a chain in the batch
-    (a key moved twice, a moved key updated) is filled link by link, in the source's order. Only changes
-    with placeholders are visited (Python: they are few). Returns the changes and how many values no
-    earlier change or row held."""
+    create that follows a primary-key update, of the old key's (the row moved: never the new key's former
+    row); a chain in the batch (a key moved twice, a moved key updated) is filled link by link, in the
+    source's order. Only changes with placeholders are visited (Python: they are few).
+
+    A change none of them holds the value for (the key moved from a row deleted in an earlier run, or a
+    key the table has no row for) is taken out and returned as rejected (REJECTED's columns), so the key
+    keeps its row and a later change of it cannot fill from it; unless the change is not newer than what
+    its key holds (its row, its `tombstones` place, the `truncate`): not applied anyway, it stays, to be
+    counted as any older change. Returns the changes kept and those rejected."""
     key = schema.primary_key
     columns = {c.name: c for c in declared(schema)}
     ordered = changes.sort_by([(c, "ascending") for c in _ORDER])
     rows = ordered.to_pylist()
     earlier: dict[tuple, list[dict]] = {}  # key -> its c/r/u changes visited so far, in order
     held_rows = {tuple(r[k] for k in key): r for r in held.to_pylist()}
-    unfilled = 0
+    holds = {tuple(r[k] for k in key): _place_of(r) for r in held_rows.values()}
+    for r in [] if tombstones is None else tombstones.to_pylist():
+        holds.setdefault(tuple(r[k] for k in key), _place_of(r))
+    kept, rejected = [], []
+    unknown: set[tuple] = set()  # keys whose latest image was rejected: nothing earlier is their value
     for row in rows:
         k = tuple(row[c] for c in key)
         names = _unchanged_names(row["change_unchanged"])
         if names:
-            candidates = [*earlier.get(k, [])[-1:], *([held_rows[k]] if k in held_rows else [])]
             old = _old_key(row["change_old_key"], key, columns) if row["change_op"] == "c" else None
-            if old is not None:
-                o = tuple(old[c] for c in key)
-                candidates += [*earlier.get(o, [])[-1:], *([held_rows[o]] if o in held_rows else [])]
+            whose = k if old is None else tuple(old[c] for c in key)
+            candidates = [*earlier.get(whose, [])[-1:], *([held_rows[whose]] if whose in held_rows else [])]
+            if whose in unknown:
+                candidates = []
             place = _place_of(row)
             candidates = [c for c in candidates if _place_of(c) < place]
             source = max(candidates, key=_place_of) if candidates else None
-            # A change older than the row the key holds is not applied: nothing to fill it for.
-            superseded = k in held_rows and _place_of(held_rows[k]) > place
+            newer = (k not in holds or place > holds[k]) and (truncate is None or place > truncate)
+            if source is None and newer:
+                rejected.append({**row, "error": _unfillable(names, old)})
+                unknown.add(k)
+                continue
+            if source is None:  # older than what the key holds: kept to be counted, never a source
+                kept.append(row)
+                continue
             for name in names:
-                if source is None or source.get(name) is None:
-                    unfilled += source is None and not superseded
-                    continue
-                row[name] = source[name]
+                row[name] = source.get(name)
             row["change_unchanged"] = None
+        kept.append(row)
         if row["change_op"] in IMAGE_OPS:
             earlier.setdefault(k, []).append(row)
-    return pa.Table.from_pylist(rows, schema=ordered.schema), unfilled
+            unknown.discard(k)
+    out = pa.Table.from_pylist(kept, schema=ordered.schema)
+    return out, pa.Table.from_pylist([{n: r[n] for n in REJECTED.names} for r in rejected], schema=REJECTED)
+
+
+def _unfillable(names: list[str], old: dict | None) -> str:
+    """Why a change whose unchanged TOAST columns nothing holds is rejected (the Kafka sink's wording)."""
+    if old is not None:
+        return (
+            f"unchanged TOAST column(s) {names} of a key moved from key {json.dumps(old, default=str)}, "
+            "whose row is no longer in the table (deleted in an earlier run): their values are not in the "
+            f"table. {REPLICA_IDENTITY_FULL}"
+        )
+    return (
+        f"unchanged TOAST column(s) {names}: the key holds no row in the table to take their values from. "
+        f"{REPLICA_IDENTITY_FULL}"
+    )
 
 
 # --- tombstones

@@ -11,9 +11,11 @@ changes the ledger says were committed, re-read from the source topic (docs/DESI
 - `state_holds_every_live_key` (S3) is part of S1 here: a live key without a row fails it, named.
 
 The last changes come from the topic itself, read_committed, re-checked as the run checks them (the
-declaration's change check), never from what eosflow wrote. Kafka keeps records only so long: when a
-committed range starts below its partition's log start, the S checks cannot be made and the verdict says
-so (status `not checked`, naming the partitions); the first two still run. Failures name keys.
+declaration's change check), never from what eosflow wrote; a change the ledger holds as a rejected row
+(one the commit could not apply: an unchanged TOAST value nothing held) is no key's last change. Kafka
+keeps records only so long: when a committed range starts below its partition's log start, the S checks
+cannot be made and the verdict says so (status `not checked`, naming the partitions); the first two still
+run. Failures name keys.
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ def verify_state_table(
             "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
             (pipeline.name,),
         ).fetchall()
+        rejected = set(
+            conn.execute(
+                "select kafka_topic, kafka_partition, kafka_offset from eosflow.rejected where pipeline = %s",
+                (pipeline.name,),
+            ).fetchall()
+        )
     held: dict[tuple, list[dict]] = {}
     for row in rows:
         held.setdefault(tuple(row[k] for k in key), []).append(row)
@@ -95,7 +103,7 @@ def verify_state_table(
             CheckResult(n, i, "not checked", 0, message=why) for n, i in ((LAST, "S1"), (NO_DELETED, "S2"))
         ]
     else:
-        last = _last_changes(settings, pipeline, ranges)
+        last = _last_changes(settings, pipeline, ranges, rejected)
         wrong, deleted = _compare(last, held, schema, soft)
         checks += [_result(LAST, "S1", wrong), _result(NO_DELETED, "S2", deleted)]
     failed = any(not c.ok for c in checks)
@@ -113,9 +121,12 @@ def _inside(row: dict, spans: dict[tuple[str, int], list[tuple[int, int]]]) -> b
     return any(s <= o < e for s, e in spans.get((row["kafka_topic"], row["kafka_partition"]), ()))
 
 
-def _last_changes(settings: Settings, pipeline: Pipeline, ranges) -> tuple[dict, tuple | None]:
+def _last_changes(
+    settings: Settings, pipeline: Pipeline, ranges, rejected: set[tuple[str, int, int]] = frozenset()
+) -> tuple[dict, tuple | None]:
     """Each key's last committed change (place, op, image, unchanged columns, coordinates) and the latest
-    truncate's place, from the topic's records in the committed ranges, re-checked as changes."""
+    truncate's place, from the topic's records in the committed ranges, re-checked as changes; the
+    `rejected` coordinates (rejected rows) are none."""
     from eosflow.sources.kafka.range_read import headers_json
     from eosflow.sources.kafka.read_back import read_to_end
 
@@ -133,7 +144,10 @@ def _last_changes(settings: Settings, pipeline: Pipeline, ranges) -> tuple[dict,
     truncate = None
     for m in read_to_end(settings.kafka, starts, ends) if starts else ():
         in_range = spans[(m.topic(), m.partition())]
-        if not any(s <= m.offset() < e for s, e in in_range):
+        if (
+            not any(s <= m.offset() < e for s, e in in_range)
+            or (m.topic(), m.partition(), m.offset()) in rejected
+        ):
             continue
         headers = m.headers()
         error, typed = check(m.key(), m.value(), headers_json(headers) if headers else None)

@@ -73,6 +73,56 @@ def read_to_end(
         consumer.close()
 
 
+def records_at(
+    kafka: Mapping[str, str],
+    coordinates: Iterable[tuple[str, int, int]],
+    isolation: str = "read_committed",
+    idle_s: float = 30.0,
+) -> dict[tuple[str, int, int], tuple[bytes | None, bytes | None]]:
+    """The key and value of the records at a few (topic, partition, offset) coordinates (one seek each:
+    for the rare record a driver must quote, not for ranges); a coordinate that holds no record a reader
+    with `isolation` sees (an aborted or compacted one) is left out. ReadBackIncompleteError when Kafka
+    gives neither the record nor the partition's end within `idle_s`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "eosflow.verify",  # never commits: assign() and no offsets stored
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    found: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]] = {}
+    try:
+        for topic, partition, offset in sorted(set(coordinates)):
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + idle_s
+            while True:
+                m = consumer.poll(0.2)
+                if m is None or m.topic() != topic or m.partition() != partition:
+                    if time.monotonic() > deadline:
+                        raise ReadBackIncompleteError(
+                            f"reading {topic}[{partition}]@{offset} back: no record and no end-of-partition "
+                            f"for {idle_s:g} s (a broker paused, or the partition's leader is unavailable); "
+                            "retry when Kafka answers"
+                        )
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                if m.offset() == offset:
+                    found[(topic, partition, offset)] = (m.key(), m.value())
+                if m.offset() >= offset:
+                    break
+    finally:
+        consumer.close()
+    return found
+
+
 def partitions_of(kafka: Mapping[str, str], topic: str) -> list[int]:
     from confluent_kafka.admin import AdminClient
 
