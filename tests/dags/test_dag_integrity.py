@@ -332,7 +332,7 @@ def test_the_health_dag_checks_every_pipeline_against_n_of_its_intervals(dagbag)
     assert publishers.task_id == "publisher_health"
     assert tuple(publishers.op_args) == (["orders_published"], 300.0)
     limits = task.op_args[0]
-    assert set(limits) == {"orders", "orders_roundtrip"}  # every pipeline of pipelines.yml
+    assert set(limits) == {"orders", "orders_roundtrip", "customers"}  # every pipeline of pipelines.yml
     # EOSFLOW_STALE_INTERVALS (3) x EOSFLOW_INGEST_INTERVAL_MINUTES
     assert limits["orders"] == 3 * _interval().total_seconds()
 
@@ -342,7 +342,8 @@ def test_a_stream_pipeline_s_dag_runs_only_when_triggered_and_the_health_dag_che
     assert streamed_orders.dags["eosflow_ingest_orders_roundtrip"].timetable.delta == _interval()
     task = streamed_orders.dags["eosflow_health"].get_task("pipeline_health")
     # a stream's limit is EOSFLOW_STREAM_STALE_MINUTES (5), a batch pipeline's 3 intervals
-    assert task.op_args[0] == {"orders": 300.0, "orders_roundtrip": 3 * _interval().total_seconds()}
+    batch = 3 * _interval().total_seconds()
+    assert task.op_args[0] == {"orders": 300.0, "orders_roundtrip": batch, "customers": batch}
     # A stream's commits emit no asset event: its marts rebuild every interval too.
     marts = streamed_orders.dags["eosflow_marts_orders"].timetable
     assert type(marts).__name__ == "AssetOrTimeSchedule" and marts.timetable.delta == _interval()

@@ -28,6 +28,9 @@ def cmd_stack(args: argparse.Namespace) -> int:
     if args.update_lock and args.action != "fetch":
         _log("--update-lock goes with `eosflow stack fetch` only")
         return 2
+    if args.spark_archive and args.action != "fetch":
+        _log("--spark-archive goes with `eosflow stack fetch` only")
+        return 2
     if args.with_ and args.action not in ("up", "fetch"):
         _log("--with goes with `eosflow stack up` and `eosflow stack fetch` only (down stops them all)")
         return 2
@@ -41,7 +44,9 @@ def cmd_stack(args: argparse.Namespace) -> int:
         stack.reset(s, log=_log)
         return 0
     if args.action == "fetch":
-        stack.fetch(s, log=_log, update_lock=args.update_lock, with_=args.with_)
+        stack.fetch(
+            s, log=_log, update_lock=args.update_lock, with_=args.with_, spark_archive=args.spark_archive
+        )
         return 0
     if args.action == "logs":
         for svc in [*stack.services(s), *optional.services(s)]:
@@ -271,7 +276,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from eosflow.demo import run
 
-    return run(settings_mod.load(), log=_log, round_trip_too=not args.no_round_trip)
+    return run(
+        settings_mod.load(),
+        log=_log,
+        round_trip_too=not args.no_round_trip,
+        replication_too=not args.no_replication,
+    )
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -317,6 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with fetch: fetch every jar afresh and record its SHA-256 in infra/jars.sha256 (after a POM "
         "change; review the lock's diff before committing it)",
+    )
+    p.add_argument(
+        "--spark-archive",
+        action="store_true",
+        help="with fetch: also record Spark's class-data-sharing archive (once, about 40 s; every Spark "
+        "session then starts seconds sooner): make test, bench, lab, soak and airflow do",
     )
     p.set_defaults(func=cmd_stack)
 
@@ -412,13 +428,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser(
-        "demo", help="the main job end to end on the local stack, then the round trip back through Kafka"
+        "demo",
+        help="the main job end to end on the local stack, the round trip back through Kafka, and a database "
+        "replicated with Debezium",
     )
     p.add_argument(
         "--no-round-trip",
         action="store_true",
         help="stop after the ingestion and its checks (skip publishing the orders_published mart to "
-        "orders.published and ingesting it into raw.orders_roundtrip)",
+        "orders.published and ingesting it into raw.orders_roundtrip) and the replication",
+    )
+    p.add_argument(
+        "--no-replication",
+        action="store_true",
+        help="skip the replication (Kafka Connect with Debezium streaming the source database's customers "
+        "table into replica.customers while the DAG of the pipeline customers runs)",
     )
     p.set_defaults(func=cmd_demo)
 

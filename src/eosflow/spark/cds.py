@@ -5,10 +5,11 @@ hundreds of jars. HotSpot's AppCDS records the classes one training run loaded
 (`-XX:ArchiveClassesAtExit`); later JVMs map them from that file (`-XX:SharedArchiveFile`). Measured on
 the 2-core machines here: session start 8.7 -> 4.9 s, the first job 3.6 -> 1.9 s.
 
-`eosflow stack fetch` (so `make setup`) records the archive once, by a Spark job shaped like an ingestion
-run but needing neither Kafka nor Postgres. The JVM checks the archive against its own version and
+`eosflow stack fetch --spark-archive` (so `make test`, `bench`, `lab`, `soak`, `airflow`; not `make demo`,
+whose small plans never start a Spark session) records the archive once, by a Spark job shaped like an
+ingestion run but needing neither Kafka nor Postgres. The JVM checks the archive against its own version and
 classpath (jar sizes and times) and silently starts without it when they differ; a fingerprint of
-the same things makes `fetch` record it again after a JDK or Spark change.
+the same things makes `fetch --spark-archive` record it again after a JDK or Spark change.
 """
 
 from __future__ import annotations

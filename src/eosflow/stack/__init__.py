@@ -29,15 +29,23 @@ def services(settings: Settings) -> list[KafkaService | PostgresService | Regist
     return todo + [RegistryService(settings)] if settings.registry_port else todo
 
 
-def fetch(settings: Settings, log=print, update_lock: bool = False, with_: Iterable[str] = ()) -> None:
+def fetch(
+    settings: Settings,
+    log=print,
+    update_lock: bool = False,
+    with_: Iterable[str] = (),
+    spark_archive: bool = False,
+) -> None:
     """The Maven jars (the broker's, Spark's connector + JDBC driver, and those of the optional servers
     asked for), each checked against infra/jars.sha256 (`update_lock`: fetched afresh and recorded
-    there), then Spark's class archive."""
-    from eosflow.spark import cds
-
+    there); `spark_archive`: then Spark's class-data-sharing archive (eosflow.spark.cds), which only a
+    Spark session uses: the demo's small plans never start one, the tests and the bench do."""
     for name in [*jars.CLASSPATHS, *optional.requested(with_)]:
         jars.fetch(settings, name, log=log, update_lock=update_lock)
-    cds.record(settings, log=log)
+    if spark_archive:
+        from eosflow.spark import cds
+
+        cds.record(settings, log=log)
 
 
 def up(settings: Settings, log=print, with_: Iterable[str] = ()) -> None:

@@ -8,20 +8,23 @@ The round trip (unless `--no-round-trip`): the publisher `orders_published` send
 same name to the topic orders.published (rows and position in one Kafka transaction), the pipeline
 `orders_roundtrip` ingests that topic into raw.orders_roundtrip, and the check finds every published
 row there once, as it left (round_trip.py).
+
+The replication (unless `--no-replication` or `--no-round-trip`): Debezium streams a source table that a
+writer keeps changing while the DAG of the pipeline `customers` runs, and the verdict compares the source
+table with its replica row for row (replication.py).
 """
 
 from __future__ import annotations
 
-import re
 import secrets
-import subprocess
-import sys
-from pathlib import Path
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import psycopg
 from confluent_kafka import Producer
 
 from eosflow import pipelines, round_trip, stack
+from eosflow.demo import replication
+from eosflow.demo.dag_runs import DagRuns
 from eosflow.kafka_admin import ensure_topic
 from eosflow.ledger import store
 from eosflow.ledger.positions import PartitionCounts
@@ -30,7 +33,6 @@ from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from eosflow.publishers import load_publisher
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
-from eosflow.stack import airflow_local
 from eosflow.verify import verify_pipeline
 
 PIPELINE = "orders"
@@ -41,14 +43,34 @@ COUNT = 20_000
 MALFORMED = [b"not json at all", b'{"event_id": "missing everything else"}', None]
 
 
-def run(settings: Settings, log=print, round_trip_too: bool = True) -> int:
+def run(settings: Settings, log=print, round_trip_too: bool = True, replication_too: bool = True) -> int:
     stack.up(settings, log=log)
+    run_dag = DagRuns(settings, log)
+    run_dag.start()  # Airflow's database migrated meanwhile: on a fresh clone, the whole database is made
+    replication_too = replication_too and round_trip_too
+    background = ThreadPoolExecutor(1, thread_name_prefix="demo-replication")
+    # Meanwhile too: Kafka Connect's start and Debezium's snapshot, mostly waiting on a JVM and the broker.
+    ready = background.submit(replication.prepare, settings) if replication_too else None
+    try:
+        return _run(settings, log, run_dag, round_trip_too, ready)
+    finally:
+        run_dag.close()
+        background.shutdown(wait=True)
+
+
+def _run(
+    settings: Settings,
+    log,
+    run_dag: DagRuns,
+    round_trip_too: bool,
+    ready: Future[replication.Prepared] | None,
+) -> int:
     pipeline = pipelines.load(settings, PIPELINE)
     seed = secrets.randbits(31)
     ensure_topic(settings.kafka, pipeline.topic, PARTITIONS, log=log)
 
     delivery = Delivery(transactional_id=f"eosflow-demo-{seed}", txn_size=200, abort_ratio=0.2)
-    steps = 6 if round_trip_too else 3
+    steps = 3 + 3 * round_trip_too + (ready is not None)
     log(
         f"1/{steps} producing {COUNT:,} events to {pipeline.topic}: transactions of {delivery.txn_size}, "
         f"{delivery.abort_ratio:.0%} aborted on purpose, plus {len(MALFORMED)} malformed records"
@@ -62,7 +84,7 @@ def run(settings: Settings, log=print, round_trip_too: bool = True) -> int:
         f"2/{steps} running the Airflow DAG {DAG_ID} end to end "
         "(airflow dags test: plan, Spark, verify, announce)"
     )
-    run_id = _run_dag(settings, DAG_ID, log)
+    run_id = run_dag(DAG_ID)
     if run_id is None or not _show_run(settings, PIPELINE, run_id, log):
         return 1
 
@@ -82,23 +104,29 @@ def run(settings: Settings, log=print, round_trip_too: bool = True) -> int:
     )
     if not ok or not round_trip_too:
         return 0 if ok else 1
-    return _round_trip(settings, log)
+    if _round_trip(settings, run_dag, log, steps) != 0:
+        return 1
+    if ready is None:
+        return 0
+    replicated = replication.run(settings, f"{steps}/{steps}", ready.result(), run_dag, log)
+    return 0 if replicated else 1
 
 
-def _round_trip(settings: Settings, log) -> int:
+def _round_trip(settings: Settings, run_dag: DagRuns, log, steps: int) -> int:
     publisher, pipeline = load_publisher(settings, PUBLISHER), pipelines.load(settings, ROUND_TRIP)
     publish_dag, ingest_dag = f"eosflow_publish_{PUBLISHER}", f"eosflow_ingest_{ROUND_TRIP}"
     log(
-        f"4/6 publishing {publisher.table} to {publisher.topic} with the DAG {publish_dag} (rows and "
+        f"4/{steps} publishing {publisher.table} to {publisher.topic} with the DAG {publish_dag} (rows and "
         "position in one Kafka transaction per batch)"
     )
-    if _run_dag(settings, publish_dag, log) is None:
+    if run_dag(publish_dag) is None:
         return 1
-    log(f"5/6 ingesting {publisher.topic} into {pipeline.target_table} with the DAG {ingest_dag}")
-    run_id = _run_dag(settings, ingest_dag, log)
+    log(f"5/{steps} ingesting {publisher.topic} into {pipeline.target_table} with the DAG {ingest_dag}")
+    run_id = run_dag(ingest_dag)
     if run_id is None or not _show_run(settings, ROUND_TRIP, run_id, log):
         return 1
-    log(f"6/6 checking the round trip: {publisher.table} -> {publisher.topic} -> {pipeline.target_table}")
+    route = f"{publisher.table} -> {publisher.topic} -> {pipeline.target_table}"
+    log(f"6/{steps} checking the round trip: {route}")
     result = round_trip.check(settings, publisher, pipeline)
     print("\n" + "\n".join("  " + line for line in result.table().splitlines()))
     verdict = "ROUND TRIP EXACTLY ONCE: every published row arrived once, as it left"
@@ -119,33 +147,6 @@ def _show_run(settings: Settings, pipeline: str, run_id: str, log) -> bool:
     summary = RunSummary(pipeline, batch, status, plan, {k: PartitionCounts(*v) for k, v in counts.items()})
     print("\n" + summary.table() + "\n")
     return True
-
-
-def _run_dag(settings: Settings, dag_id: str, log) -> str | None:
-    """`airflow dags test` of the ingest DAG; returns the run id if it succeeded.
-
-    Its full output (every task log) goes to a file, so the console keeps the summary readable.
-    """
-    airflow = str(Path(sys.executable).parent / "airflow")
-    env = airflow_local.airflow_env(settings)
-    log_path = settings.state_dir / f"demo-airflow-{dag_id}.log"
-    settings.airflow_home.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as out:
-        for cmd in ([airflow, "db", "migrate"], [airflow, "dags", "test", dag_id]):
-            done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-            if done.returncode != 0:
-                log(f"`airflow {' '.join(cmd[1:])}` failed (exit {done.returncode}); task logs: {log_path}")
-                return None
-    finished = re.findall(
-        r"DagRun Finished: dag_id=\S+, .*?run_id=([^,\s]+),.*?state=(\w+)",
-        log_path.read_text(errors="replace"),
-    )
-    if not finished or finished[-1][1] != "success":
-        state = finished[-1][1] if finished else "no result"
-        log(f"the DAG run did not succeed ({state}); task logs: {log_path}")
-        return None
-    log(f"DAG run {finished[-1][0]} succeeded (task logs: {log_path})")
-    return finished[-1][0]
 
 
 def _produce_malformed(settings: Settings, topic: str) -> None:
