@@ -240,7 +240,10 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
     held = _held(table, keyed.select(key), old_keys, key, wanted)
     tombstones = _tombstones(table, key)
     if placeholders:
-        dead = tombstones.join(keyed.filter(unchanged).select(key), key, join_type="left semi")
+        mentioned = keyed.filter(unchanged).select(key)
+        if old_keys:
+            mentioned = pa.concat_tables([mentioned, pa.Table.from_pylist(old_keys, schema=mentioned.schema)])
+        dead = tombstones.join(mentioned, key, join_type="left semi")
         keyed, done.rejected = fill_unchanged(keyed, held, schema, dead, truncate)
     last = last_changes(keyed, key)
     done.keys = last.num_rows
@@ -554,15 +557,17 @@ def fill_unchanged(
 ) -> tuple[pa.Table, pa.Table]:
     """The changes with every column Debezium left out (change_unchanged) filled with the value the row had:
     that of the key's latest earlier c, r or u (in the batch, or the row the table holds), or, for the
-    create that follows a primary-key update, of the old key's (the row moved: never the new key's former
-    row); a chain in the batch (a key moved twice, a moved key updated) is filled link by link, in the
-    source's order. Only changes with placeholders are visited (Python: they are few).
+    create that follows a primary-key update, the old key's as the move's delete found it (_moved_from:
+    never the new key's former row); a chain in the batch (a key moved twice, a moved key updated) is
+    filled link by link, in the source's order. Only changes with placeholders are visited (Python: they
+    are few).
 
-    A change none of them holds the value for (the key moved from a row deleted in an earlier run, or a
-    key the table has no row for) is taken out and returned as rejected (REJECTED's columns), so the key
-    keeps its row and a later change of it cannot fill from it; unless the change is not newer than what
-    its key holds (its row, its `tombstones` place, the `truncate`): not applied anyway, it stays, to be
-    counted as any older change. Returns the changes kept and those rejected."""
+    A change none of them holds the value for (the key moved from a row deleted in an earlier run, or
+    from a partition that has not delivered the move's delete yet; a key the table has no row for) is
+    taken out and returned as rejected (REJECTED's columns), so the key keeps its row and a later change
+    of it cannot fill from it; unless the change is not newer than what its key holds (its row, its
+    `tombstones` place, the `truncate`): not applied anyway, it stays, to be counted as any older change.
+    Returns the changes kept and those rejected."""
     key = schema.primary_key
     columns = {c.name: c for c in declared(schema)}
     ordered = changes.sort_by([(c, "ascending") for c in _ORDER])
@@ -572,6 +577,13 @@ def fill_unchanged(
     holds = {tuple(r[k] for k in key): _place_of(r) for r in held_rows.values()}
     for r in [] if tombstones is None else tombstones.to_pylist():
         holds.setdefault(tuple(r[k] for k in key), _place_of(r))
+    tombstoned = (
+        {} if tombstones is None else {tuple(r[k] for k in key): _place_of(r) for r in tombstones.to_pylist()}
+    )
+    deletes: dict[tuple, list[tuple]] = {}  # key -> the places of its deletes in the batch
+    for row in rows:
+        if row["change_op"] == "d":
+            deletes.setdefault(tuple(row[c] for c in key), []).append(_place_of(row))
     kept, rejected = [], []
     unknown: set[tuple] = set()  # keys whose latest image was rejected: nothing earlier is their value
     for row in rows:
@@ -579,16 +591,19 @@ def fill_unchanged(
         names = _unchanged_names(row["change_unchanged"])
         if names:
             old = _old_key(row["change_old_key"], key, columns) if row["change_op"] == "c" else None
-            whose = k if old is None else tuple(old[c] for c in key)
-            candidates = [*earlier.get(whose, [])[-1:], *([held_rows[whose]] if whose in held_rows else [])]
-            if whose in unknown:
-                candidates = []
             place = _place_of(row)
-            candidates = [c for c in candidates if _place_of(c) < place]
+            why = "none"
+            if old is None:
+                candidates = [*earlier.get(k, [])[-1:], *_live(held_rows.get(k))]
+                candidates = [c for c in candidates if _place_of(c) < place and k not in unknown]
+            else:
+                o = tuple(old[c] for c in key)
+                found = _moved_from(o, place, earlier, held_rows, deletes, tombstoned)
+                candidates, why = ([] if o in unknown else found[0]), found[1]
             source = max(candidates, key=_place_of) if candidates else None
             newer = (k not in holds or place > holds[k]) and (truncate is None or place > truncate)
             if source is None and newer:
-                rejected.append({**row, "error": _unfillable(names, old)})
+                rejected.append({**row, "error": _unfillable(names, old, why)})
                 unknown.add(k)
                 continue
             if source is None:  # older than what the key holds: kept to be counted, never a source
@@ -605,13 +620,64 @@ def fill_unchanged(
     return out, pa.Table.from_pylist([{n: r[n] for n in REJECTED.names} for r in rejected], schema=REJECTED)
 
 
-def _unfillable(names: list[str], old: dict | None) -> str:
+def _live(row: dict | None) -> list[dict]:
+    """The held row as a source of values: not a soft delete's or truncate's marked row (a key that
+    changes after it was created again by a change this batch lacks: the marked image is an earlier
+    row's)."""
+    return [] if row is None or row["change_op"] == "d" or row.get("deleted_at") is not None else [row]
+
+
+def _halves(delete: tuple[int, int, int], create: tuple[int, int, int]) -> bool:
+    """Whether a delete at place `delete` can be the first half of the primary-key update whose create is
+    at `create`: Debezium sends both halves at the update's one LSN (an earlier delete of the key is
+    another change: the key was created again since, maybe in a partition not read yet); without LSNs,
+    any delete before it."""
+    return delete[0] == create[0] if delete[0] >= 0 and create[0] >= 0 else delete < create
+
+
+def _moved_from(
+    old: tuple,
+    place: tuple[int, int, int],
+    earlier: Mapping[tuple, list[dict]],
+    held_rows: Mapping[tuple, dict],
+    deletes: Mapping[tuple, list[tuple]],
+    tombstoned: Mapping[tuple, tuple],
+) -> tuple[list[dict], str]:
+    """Where the create at `place` of a key moved from `old` takes its unchanged values: the old key's
+    image as the move's delete (_halves) found it, and why there is none. The delete must be in the batch
+    (the images before it, in the batch or the held row). Committed by an earlier run, it left no image
+    to trust: none with hard deletes, and a soft delete's marked row is the delete's own image when the
+    key's last one was unknown then (a key read first by its delete, or whose last change was rejected),
+    which cannot be told apart. Not read yet, the old key's partition is behind this one, and the row the
+    table holds for it may be older than the row that moved (a catch-up takes each partition's range on
+    its own)."""
+    before = [d for d in deletes.get(old, []) if _halves(d, place)]
+    if before:
+        delete = max(before)
+        images = [e for e in earlier.get(old, []) if _place_of(e) < delete]
+        held = _live(held_rows.get(old))
+        return [*images[-1:], *[h for h in held if _place_of(h) < delete]], "gone"
+    held = held_rows.get(old)
+    if held is not None and (_halves(_place_of(held), place) or _place_of(held) > place):
+        return [], "gone"  # the move's delete marked it (soft), or the key changed since: the row is gone
+    if old in tombstoned and (_halves(tombstoned[old], place) or tombstoned[old] > place):
+        return [], "gone"
+    return [], "behind"
+
+
+def _unfillable(names: list[str], old: dict | None, why: str) -> str:
     """Why a change whose unchanged TOAST columns nothing holds is rejected (the Kafka sink's wording)."""
+    if old is not None and why == "behind":
+        return (
+            f"unchanged TOAST column(s) {names} of a key moved from key {json.dumps(old, default=str)}, "
+            "whose partition has not delivered the move's delete yet (it is behind this one): the values "
+            f"the row held when it moved are not known. {REPLICA_IDENTITY_FULL}"
+        )
     if old is not None:
         return (
             f"unchanged TOAST column(s) {names} of a key moved from key {json.dumps(old, default=str)}, "
-            "whose row is no longer in the table (deleted in an earlier run): their values are not in the "
-            f"table. {REPLICA_IDENTITY_FULL}"
+            "whose row as it moved is not in the table (an earlier run deleted it, or it was never read): "
+            f"their values are not in the table. {REPLICA_IDENTITY_FULL}"
         )
     return (
         f"unchanged TOAST column(s) {names}: the key holds no row in the table to take their values from. "
