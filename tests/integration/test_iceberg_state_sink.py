@@ -207,6 +207,34 @@ def test_a_key_moved_from_a_row_an_earlier_run_deleted_is_rejected_naming_replic
     verified(case)
 
 
+def test_a_change_rejected_at_commit_reaches_the_ledger_once_when_the_run_dies_after_the_commit(case):
+    """About 12 s. The run that rejects the moved key's create is killed once its Iceberg commit landed
+    and before the ledger mirrored it: the next run mirrors the range from the table's position, its
+    rejected row with it (the file the commit wrote), once."""
+    from eosflow.schema.changes import OLD_KEY_HEADER, PLACEHOLDER
+
+    table = as_iceberg_state(case)
+    src = Source(case, partitions=1)
+    src.send("c", {"id": 10, "email": "a@x", "balance": None, "notes": "long text"})
+    moved_at = src.send("d", {"id": 10, "email": None, "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    moved = {"op": "c", "before": None, "after": {"id": 20, "email": "a@x", "balance": None,
+             "notes": PLACEHOLDER}, "source": {"lsn": moved_at, "ts_ms": 1}}  # fmt: skip
+    src.producer.produce(case.topic, key=b'{"id": 20}', value=json.dumps(moved).encode(), partition=0,
+                         headers=[(OLD_KEY_HEADER, b'{"id": 10}')])  # fmt: skip
+    src.flush()
+    killed = case.ingest_process("--run-id", "killed", EOSFLOW_CRASH_AT="in_commit")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert "1 change(s) rejected" in killed.stderr
+    assert case.rejected() == []  # committed in the table, not yet in the ledger
+    assert case.ingest().records_read == 0
+    assert [r[:2] for r in case.rejected()] == [(0, 3)]
+    assert [(r[4], r[5], r[6]) for r in case.ledger()] == [(3, 3, 0), (1, 0, 1)]
+    assert state_of(case, table) == {}
+    verified(case)
+
+
 def test_a_truncate_empties_every_row_older_than_it(case):
     table = as_iceberg_state(case)
     src = Source(case)
