@@ -577,3 +577,13 @@ def test_random_toast_placeholders_and_moved_keys_never_leave_a_wrong_value(lake
         assert {k for k, r in found.items() if r.get("deleted_at") is None} == live, (seed, len(committed))
         for k in live:
             assert found[k]["change_lsn"] == last[k]["lsn"], (seed, len(committed), k)
+
+
+def test_verify_says_where_the_counts_do_not_add_up():
+    from eosflow.sinks.iceberg.verify_state import _counts
+
+    assert _counts(5, 4, 1, 1) == []
+    assert _counts(5, 5, 1, 0) == [
+        {"ledger": "5 read, 5 written + 1 rejected"},
+        {"rejected": "the ledger counts 1, eosflow.rejected holds 0"},
+    ]

@@ -9,6 +9,9 @@ changes the ledger says were committed, re-read from the source topic (docs/DESI
 - `state_holds_no_deleted_key` (S2): a key whose last committed change is a delete, or older than the latest
   truncate, has no row (soft deletes: its row carries deleted_at).
 - `state_holds_every_live_key` (S3) is part of S1 here: a live key without a row fails it, named.
+- `state_counts_add_up`: the ledger's committed ranges read as many records as they wrote and rejected,
+  and eosflow.rejected holds a row for each rejected one (a change the commit rejected is counted there
+  like any other); the summary line under the checks gives the counts.
 
 The last changes come from the topic itself, read_committed, re-checked as the run checks them (the
 declaration's change check), never from what eosflow wrote; a change the ledger holds as a rejected row
@@ -31,11 +34,12 @@ from eosflow.settings import Settings
 from eosflow.verify import CheckResult, VerifyResult
 
 SHOWN = 5
-UNIQUE, COMMITTED, LAST, NO_DELETED = (
+UNIQUE, COMMITTED, LAST, NO_DELETED, COUNTS = (
     "state_keys_unique",
     "state_coordinates_committed",
     "state_holds_last_changes",
     "state_holds_no_deleted_key",
+    "state_counts_add_up",
 )
 
 
@@ -45,7 +49,8 @@ class StateVerifyResult(VerifyResult):
 
     def table(self) -> str:
         lines = [f"Iceberg state verify of pipeline {self.pipeline}: {'ok' if self.ok else 'FAILED'}"]
-        return "\n".join(lines + [f"  {c.describe()}" for c in self.checks])
+        lines += [f"  {c.describe()}" for c in self.checks]
+        return "\n".join(lines + ([f"  {self.output}"] if self.output else []))
 
 
 def verify_state_table(
@@ -70,6 +75,11 @@ def verify_state_table(
                 (pipeline.name,),
             ).fetchall()
         )
+        counts = conn.execute(
+            "select coalesce(sum(records_read), 0), coalesce(sum(rows_written), 0), "
+            "coalesce(sum(rows_rejected), 0) from eosflow.ledger where pipeline = %s and kind = 'data'",
+            (pipeline.name,),
+        ).fetchone()
     held: dict[tuple, list[dict]] = {}
     for row in rows:
         held.setdefault(tuple(row[k] for k in key), []).append(row)
@@ -106,8 +116,25 @@ def verify_state_table(
         last = _last_changes(settings, pipeline, ranges, rejected)
         wrong, deleted = _compare(last, held, schema, soft)
         checks += [_result(LAST, "S1", wrong), _result(NO_DELETED, "S2", deleted)]
+    read, written, refused = counts
+    checks.append(_result(COUNTS, None, _counts(read, written, refused, len(rejected))))
+    summary = (
+        f"ledger: {read:,} records read in {len(ranges)} committed range(s): {written:,} written, "
+        f"{refused:,} rejected; eosflow.rejected holds {len(rejected):,}"
+    )
     failed = any(not c.ok for c in checks)
-    return StateVerifyResult(pipeline.name, 1 if failed else 0, tuple(checks), "", Path("."))
+    return StateVerifyResult(pipeline.name, 1 if failed else 0, tuple(checks), summary, Path("."))
+
+
+def _counts(read: int, written: int, refused: int, rejected_rows: int) -> list[dict]:
+    """What does not add up: the ledger's read against written and rejected, its rejected against the
+    rejected rows."""
+    wrong = []
+    if written + refused != read:
+        wrong.append({"ledger": f"{read:,} read, {written:,} written + {refused:,} rejected"})
+    if refused != rejected_rows:
+        wrong.append({"rejected": f"the ledger counts {refused:,}, eosflow.rejected holds {rejected_rows:,}"})
+    return wrong
 
 
 def _result(name: str, invariant: str | None, offending: list[dict]) -> CheckResult:
