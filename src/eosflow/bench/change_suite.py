@@ -34,7 +34,7 @@ Log = Callable[[str], None]
 SCHEMA = "bench"
 SHORT = {"eosflow-changes": "eosflow changes", "merge-loop": "merge loop", "eosflow-append": "eosflow append"}
 APPLY = "of which the state apply"  # a step inside the commit, timed by eosflow.sinks.postgres.commit
-STATE_APPLY = re.compile(r"state apply: (?P<seconds>[0-9.]+) s")
+STATE_APPLY = re.compile(r"; of it state apply (?P<seconds>[0-9.]+)s")  # on the summary's time line
 
 # The customers table as a change stream declares it: Debezium's JSON forms read as the declared types.
 COLUMNS = [
@@ -121,7 +121,7 @@ def declaration(columns: list[dict], **extra) -> dict:
 
 
 def _eosflow(ctx: _Context, measurement: str, spec: dict, target: str, sink: dict) -> tuple[Result, str]:
-    """`eosflow ingest` of a fresh pipeline over the whole topic; returns the result and its log's text."""
+    """`eosflow ingest` of a fresh pipeline over the whole topic; returns the result and its output's text."""
     pipeline = names.fitted(f"bench_{measurement.replace('-', '_')}_{ctx.cell.name}")
     records = ctx.workload.records
     config = eosflow_run.write_pipelines_file(
@@ -145,9 +145,9 @@ def _eosflow(ctx: _Context, measurement: str, spec: dict, target: str, sink: dic
         "the `eosflow ingest` process, start to exit (plan to commit; Spark's start too when the plan is "
         "past EOSFLOW_INLINE_MAX_OFFSETS)"
     )
-    return ctx.result(measurement, measured, measured.wall_s, timed, detail), ctx.log_path(
-        measurement
-    ).read_text(errors="replace")
+    # The summary (its time line: the state apply inside the commit) is on stdout; the run's log beside it.
+    logged = ctx.log_path(measurement).read_text(errors="replace")
+    return ctx.result(measurement, measured, measured.wall_s, timed, detail), measured.stdout + "\n" + logged
 
 
 def _eosflow_changes(ctx: _Context) -> Result:

@@ -107,6 +107,7 @@ def execute(
     """Steps 2 to 5 of the contract, the same for every kind of plan."""
     summary = RunSummary(pipeline.name, batch_id)
     timer = _Timer(summary.phases)
+    within = _Timer(summary.within)
     if pipeline.schema.transform is not None:
         user_transform.load(pipeline.schema.transform)  # not found: say so before planning anything
     registry = registry_for(settings, pipeline)
@@ -146,6 +147,7 @@ def execute(
             log,
             read=lambda phase: _checked_read(settings, pipeline, plan, registry, timer, phase, spark),
             time=timer,
+            time_within=within,
             check_topics_unchanged=lambda: _check_topic_unchanged(settings, plan),
         )
         written = pipeline.sink.write(conn, run)  # steps 2 to 4, in the Spark tasks

@@ -18,6 +18,7 @@ class RunSummary:
     plan: Plan | None = None
     counts: dict[tuple[str, int], PartitionCounts] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step
+    within: dict[str, float] = field(default_factory=dict)  # seconds of parts of a step (not in the total)
     reused_plan: bool = False
 
     @property
@@ -43,6 +44,7 @@ class RunSummary:
                 "  time: "
                 + ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items())
                 + f" (total {spent:.1f}s{rate})"
+                + "".join(f"; of it {k} {v:.2f}s" for k, v in self.within.items())
             )
         return "\n".join(lines)
 

@@ -82,6 +82,9 @@ class Run:
     read: Callable[[str], AbstractContextManager[TransformResult]]
     # time(phase): time a step of the sink's own as `phase` in the run's summary.
     time: Callable[[str], AbstractContextManager[None]]
+    # time_within(step): time a part of a phase (the commit's state apply); shown after the phases' total,
+    # not added to it.
+    time_within: Callable[[str], AbstractContextManager[None]]
     # The topics read are the ones planned (not re-created since): TopicRecreatedError otherwise.
     check_topics_unchanged: Callable[[], None]
 

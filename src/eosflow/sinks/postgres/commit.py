@@ -10,10 +10,8 @@ matches the stored positions (stale plan, zombie, concurrent run) is fenced and 
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import psycopg
 from psycopg import sql
@@ -42,21 +40,31 @@ from eosflow.pipelines import Pipeline
 from eosflow.sinks.postgres import partitions, state
 from eosflow.sinks.postgres.target import drop_ranges, holding_batch, staging_table
 
+Timed = Callable[[str], AbstractContextManager[None]]  # times a part of the commit (Run.time_within)
+
+
+def _untimed(step: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
 
 def commit(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed = _untimed,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts."""
     with _staging_dropped_on_refusal(conn, plan):
         if pipeline.delivery == "at_least_once":
-            return _commit_output_then_positions(conn, pipeline, plan, records_read)
+            return _commit_output_then_positions(conn, pipeline, plan, records_read, timed)
         if pipeline.delivery == "at_most_once":
-            return _commit_positions_then_output(conn, pipeline, plan, records_read)
-        return _commit_exactly_once(conn, pipeline, plan, records_read)
+            return _commit_positions_then_output(conn, pipeline, plan, records_read, timed)
+        return _commit_exactly_once(conn, pipeline, plan, records_read, timed)
 
 
 def _commit_exactly_once(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
@@ -71,20 +79,19 @@ def _commit_exactly_once(
         else:  # a target made before partitioned targets, not migrated yet
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan)
+        _apply_state(conn, pipeline, plan, timed)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
 
 
-def _apply_state(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> None:
+def _apply_state(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, timed: Timed) -> None:
     """A change stream's touched keys recomputed from the changelog, in the transaction that wrote its rows
     (in a split mode, the output's: docs/DESIGN.md "Delivery modes"); nothing for a pipeline that appends."""
     if kept := state.of(pipeline):
-        started = time.monotonic()
-        state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
-        print(f"eosflow: state apply: {time.monotonic() - started:.3f} s", file=sys.stderr, flush=True)
+        with timed("state apply"):  # the run's summary shows it after the phases: "of it state apply"
+            state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
 
 
 def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> bool:
@@ -160,7 +167,7 @@ def _attach_ranges(
 
 
 def _commit_output_then_positions(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
     stage = sql.SQL(staging_table(plan.batch_id))
@@ -170,7 +177,7 @@ def _commit_output_then_positions(
             return ALREADY_COMMITTED, {}
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan)  # a re-delivered change is not newer than its first copy
+        _apply_state(conn, pipeline, plan, timed)  # a re-delivered change is not newer than its first copy
         _clear_staging(conn, stage, plan.batch_id)
     fault_point("in_commit")  # output visible, positions not moved: the duplicate window
     with conn.transaction():
@@ -181,18 +188,18 @@ def _commit_output_then_positions(
 
 
 def _commit_positions_then_output(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_most_once: the positions commit first; a crash before the output does loses it.
 
     Between the two transactions the plan reads as committed, which is what another run's sweep
     (eosflow.sinks.postgres.target.sweep_staging) takes for leftovers: the batch is held for both."""
     with holding_batch(conn, plan.batch_id):
-        return _positions_then_output(conn, pipeline, plan, records_read)
+        return _positions_then_output(conn, pipeline, plan, records_read, timed)
 
 
 def _positions_then_output(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
@@ -210,7 +217,7 @@ def _positions_then_output(
     fault_point("in_commit")  # positions moved, output not written: the loss window
     with conn.transaction():
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan)
+        _apply_state(conn, pipeline, plan, timed)
         _clear_staging(conn, stage, plan.batch_id)
     return COMMITTED, counts
 
@@ -325,7 +332,11 @@ def _columns(conn: psycopg.Connection, table: str) -> list[str]:
 
 
 def commit_replay(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int]
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed = _untimed,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """Replace the rows of already committed ranges with their re-read versions; positions stay.
 
@@ -376,7 +387,8 @@ def commit_replay(
             )
         _publish_staged(conn, pipeline, plan, stage, target)
         if kept:
-            state.apply(conn, pipeline, *kept, plan.ranges)
+            with timed("state apply"):
+                state.apply(conn, pipeline, *kept, plan.ranges)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts

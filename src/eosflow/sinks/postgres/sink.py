@@ -120,7 +120,7 @@ class PostgresSink(Sink):
 
         commit_fn = commit_replay if run.plan.kind == "replay" else commit
         with run.time("commit"):
-            return commit_fn(conn, run.pipeline, run.plan, written)
+            return commit_fn(conn, run.pipeline, run.plan, written, run.time_within)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         from eosflow.verify import MART_COLUMNS, run_dbt
