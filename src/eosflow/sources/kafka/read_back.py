@@ -78,11 +78,13 @@ def records_at(
     coordinates: Iterable[tuple[str, int, int]],
     isolation: str = "read_committed",
     idle_s: float = 30.0,
+    seek_gap: int = 10_000,
 ) -> dict[tuple[str, int, int], tuple[bytes | None, bytes | None]]:
-    """The key and value of the records at a few (topic, partition, offset) coordinates (one seek each:
-    for the rare record a driver must quote, not for ranges); a coordinate that holds no record a reader
-    with `isolation` sees (an aborted or compacted one) is left out. ReadBackIncompleteError when Kafka
-    gives neither the record nor the partition's end within `idle_s`."""
+    """The key and value of the records at some (topic, partition, offset) coordinates: for the records a
+    driver must quote, not for ranges. Each partition's offsets are read in order, consuming on through
+    gaps of less than `seek_gap` records and seeking past longer ones. A coordinate that holds no record
+    a reader with `isolation` sees (an aborted or compacted one) is left out. ReadBackIncompleteError when
+    Kafka gives neither a record nor the partition's end for `idle_s`."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -95,29 +97,39 @@ def records_at(
             "fetch.wait.max.ms": 10,
         }
     )
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in set(coordinates):
+        wanted.setdefault((topic, partition), []).append(offset)
     found: dict[tuple[str, int, int], tuple[bytes | None, bytes | None]] = {}
     try:
-        for topic, partition, offset in sorted(set(coordinates)):
-            consumer.assign([TopicPartition(topic, partition, offset)])
+        for (topic, partition), offsets in sorted(wanted.items()):
+            pending = sorted(offsets)
+            i, at = 0, None  # the next offset wanted; the offset the consumer reads next
             deadline = time.monotonic() + idle_s
-            while True:
+            while i < len(pending):
+                if at is None or pending[i] - at > seek_gap:
+                    consumer.assign([TopicPartition(topic, partition, pending[i])])
+                    at = pending[i]
                 m = consumer.poll(0.2)
                 if m is None or m.topic() != topic or m.partition() != partition:
                     if time.monotonic() > deadline:
                         raise ReadBackIncompleteError(
-                            f"reading {topic}[{partition}]@{offset} back: no record and no end-of-partition "
-                            f"for {idle_s:g} s (a broker paused, or the partition's leader is unavailable); "
-                            "retry when Kafka answers"
+                            f"reading {topic}[{partition}]@{pending[i]} back: no record and no end-of-"
+                            f"partition for {idle_s:g} s (a broker paused, or the partition's leader is "
+                            "unavailable); retry when Kafka answers"
                         )
                     continue
+                deadline = time.monotonic() + idle_s
                 if m.error():
                     if m.error().code() == KafkaError._PARTITION_EOF:
-                        break
+                        break  # the rest hold no record
                     continue
-                if m.offset() == offset:
-                    found[(topic, partition, offset)] = (m.key(), m.value())
-                if m.offset() >= offset:
-                    break
+                at = m.offset() + 1
+                while i < len(pending) and pending[i] < m.offset():
+                    i += 1  # no record there (a transaction's marker, an aborted record)
+                if i < len(pending) and pending[i] == m.offset():
+                    found[(topic, partition, m.offset())] = (m.key(), m.value())
+                    i += 1
     finally:
         consumer.close()
     return found
