@@ -4,10 +4,11 @@ read back with psycopg). docs/DESIGN.md, "Change streams": the changelog row is 
 latest earlier change or, for the create that follows a primary-key update, from the old key's; it does
 not say what happens when neither holds the value, nor when the old key's partition is behind.
 
-Each test is marked xfail (strict): it states the row the source holds, and the warehouse sink today
-writes another (a NULL, the deleted new key's former value, a stale value). They are reported to the
-lead (issue 44), not fixed here: the fix decides what DESIGN says (reject as the other sinks do, which
-for the warehouse means moving a change out of the changelog it was staged into).
+A test marked xfail (strict) states the row the source holds where the warehouse sink today writes
+another (a NULL, a stale value): reported to the lead (issue 44), not fixed here, since the fix decides
+what DESIGN says (reject as the other sinks do, which for the warehouse means moving a change out of the
+changelog it was staged into). A moved key took the deleted new key's former value where that was later
+than the old key's, against DESIGN's "from the old key's": fixed.
 """
 
 from __future__ import annotations
@@ -44,11 +45,6 @@ def test_an_update_of_a_key_the_changelog_never_saw_is_not_given_a_null(case):
     assert state_of(case, state).get(5) != ("e@x", None, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resolve_unchanged takes the later of the new key's and the old key's changes; DESIGN says the "
-    "old key's",
-)
 def test_a_moved_key_takes_the_old_keys_value_not_the_new_keys_former_rows(case):
     """About 2 s. Key 2 was deleted, then key 1 moved to 2: the row is key 1's, notes and all, though key
     2's former create is later in the changelog than key 1's."""

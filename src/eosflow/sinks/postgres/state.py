@@ -310,8 +310,9 @@ def _last_changes_since(
 
 def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:
     """Fill the changelog rows of `ranges` whose columns Debezium sent its TOAST placeholder for
-    (change_unchanged) with the value the row had: that of the latest earlier change of the same key, or of
-    the old key a primary-key update moved the row from (change_old_key). Earlier batches' rows are filled
+    (change_unchanged) with the value the row had: that of the latest earlier change of the same key, or,
+    for the create a primary-key update sends, of the old key it moved the row from (change_old_key) alone:
+    the new key's own earlier changes are a former row's. Earlier batches' rows are filled
     already; within the batch a chain of changes (a key moved twice, a moved key updated) is filled one link
     per pass, until a pass fills nothing. The changelog then holds each change's whole row, and the state
     takes it from there."""
@@ -327,8 +328,9 @@ def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iter
         for k in key
     )
     earlier = sql.SQL(
-        "from {log} p where (({same}) or (l.change_old_key is not null and {old})) "
-        "and p.change_op in ('c', 'r', 'u') and ({p_order}) < ({l_order}) order by {p_latest} limit 1"
+        "from {log} p where ((l.change_old_key is null and {same}) or "
+        "(l.change_old_key is not null and {old})) and p.change_op in ('c', 'r', 'u') "
+        "and ({p_order}) < ({l_order}) order by {p_latest} limit 1"
     ).format(
         log=log, same=same, old=old, p_order=_order("p"), l_order=_order("l"), p_latest=_latest_first("p")
     )
