@@ -14,9 +14,9 @@ added to the table). The driver, at commit:
 3. keeps only the changes newer than what the key holds and than the latest truncate (older and equal
    ones are taken and counted, not applied);
 4. fills the columns Debezium left out (TOAST, `change_unchanged`) from the key's earlier change in the
-   batch or its held row, or the old key's for the create that follows a primary-key update; a change
-   none of them holds the value for is rejected (a NULL for a value the source holds would be a wrong
-   row), its key's row left as it was;
+   batch or its held row, or the old key's for the create that follows a primary-key update (the move's
+   delete in the same batch); a change none of them holds the value for is rejected (a NULL or a stale
+   value for a value the source holds would be a wrong row), its key's row left as it was;
 5. and, in the run's one Iceberg transaction (commit._transaction, fenced as every eosflow commit):
    deletes the applied keys' rows (copy-on-write) and those a truncate empties, appends the new images
    (and a soft delete's marked row), and sets the positions, the tombstones and the truncate.
@@ -126,8 +126,8 @@ class Applied:
         if self.rejected.num_rows:
             text += (
                 f"; {self.rejected.num_rows:,} change(s) rejected: unchanged TOAST value(s) no earlier "
-                "change or row held (a key moved from a row deleted in an earlier run, or a key with no "
-                "row). REPLICA IDENTITY FULL on the source table sends every value"
+                "change or row held (a key moved from a row an earlier run deleted or from a partition "
+                "behind, or a key with no row). REPLICA IDENTITY FULL on the source table sends every value"
             )
         return text
 
@@ -574,12 +574,10 @@ def fill_unchanged(
     rows = ordered.to_pylist()
     earlier: dict[tuple, list[dict]] = {}  # key -> its c/r/u changes visited so far, in order
     held_rows = {tuple(r[k] for k in key): r for r in held.to_pylist()}
-    holds = {tuple(r[k] for k in key): _place_of(r) for r in held_rows.values()}
-    for r in [] if tombstones is None else tombstones.to_pylist():
-        holds.setdefault(tuple(r[k] for k in key), _place_of(r))
-    tombstoned = (
-        {} if tombstones is None else {tuple(r[k] for k in key): _place_of(r) for r in tombstones.to_pylist()}
-    )
+    dead = [] if tombstones is None else tombstones.to_pylist()
+    tombstoned = {tuple(r[k] for k in key): _place_of(r) for r in dead}
+    # What each key holds: its row's place, else its tombstone's.
+    holds = tombstoned | {k: _place_of(r) for k, r in held_rows.items()}
     deletes: dict[tuple, list[tuple]] = {}  # key -> the places of its deletes in the batch
     for row in rows:
         if row["change_op"] == "d":
@@ -594,8 +592,8 @@ def fill_unchanged(
             place = _place_of(row)
             why = "none"
             if old is None:
-                candidates = [*earlier.get(k, [])[-1:], *_live(held_rows.get(k))]
-                candidates = [c for c in candidates if _place_of(c) < place and k not in unknown]
+                candidates = [] if k in unknown else [*earlier.get(k, [])[-1:], *_live(held_rows.get(k))]
+                candidates = [c for c in candidates if _place_of(c) < place]
             else:
                 o = tuple(old[c] for c in key)
                 found = _moved_from(o, place, earlier, held_rows, deletes, tombstoned)
