@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 
 import psycopg
 from psycopg import sql
@@ -53,18 +54,27 @@ def commit(
     plan: Plan,
     records_read: Mapping[Key, int],
     timed: Timed = _untimed,
+    raw: state.Raw | None = None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
-    """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts."""
+    """Commit one batch under the pipeline's delivery mode; returns the outcome and committed counts.
+
+    raw: the records at some coordinates (read back from Kafka), quoted by a change the state apply
+    rejects."""
     with _staging_dropped_on_refusal(conn, plan):
         if pipeline.delivery == "at_least_once":
-            return _commit_output_then_positions(conn, pipeline, plan, records_read, timed)
+            return _commit_output_then_positions(conn, pipeline, plan, records_read, timed, raw)
         if pipeline.delivery == "at_most_once":
-            return _commit_positions_then_output(conn, pipeline, plan, records_read, timed)
-        return _commit_exactly_once(conn, pipeline, plan, records_read, timed)
+            return _commit_positions_then_output(conn, pipeline, plan, records_read, timed, raw)
+        return _commit_exactly_once(conn, pipeline, plan, records_read, timed, raw)
 
 
 def _commit_exactly_once(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed,
+    raw: state.Raw | None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
@@ -73,25 +83,59 @@ def _commit_exactly_once(
             _clear_staging(conn, stage, plan.batch_id)
             return ALREADY_COMMITTED, {}
         check_fencing(plan, locked)
-        if partitions.is_partitioned(conn, pipeline.target_table):
+        attached = partitions.is_partitioned(conn, pipeline.target_table)
+        if attached:
             counts = _range_counts(conn, plan, records_read)
             _attach_ranges(conn, pipeline, plan, counts)
         else:  # a target made before partitioned targets, not migrated yet
             counts = _staged_counts(conn, stage, pipeline, plan, records_read)
             _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan, timed)
+        rejected = _apply_state(conn, pipeline, plan, timed, raw)
+        counts = _rejected_at_commit(conn, pipeline, plan, counts, rejected, attached)
         advance(conn, plan, counts)
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts
 
 
-def _apply_state(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, timed: Timed) -> None:
+def _apply_state(
+    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, timed: Timed, raw: state.Raw | None
+) -> dict[Key, int]:
     """A change stream's touched keys recomputed from the changelog, in the transaction that wrote its rows
-    (in a split mode, the output's: docs/DESIGN.md "Delivery modes"); nothing for a pipeline that appends."""
+    (in a split mode, the output's: docs/DESIGN.md "Delivery modes"); nothing for a pipeline that appends.
+    Returns the changes it rejected per range (an unchanged TOAST value nothing holds)."""
     if kept := state.of(pipeline):
         with timed("state apply"):  # the run's summary shows it after the phases: "of it state apply"
-            state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True)
+            return state.apply(conn, pipeline, *kept, plan.nonempty, incremental=True, raw=raw)
+    return {}
+
+
+def _rejected_at_commit(
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    counts: Mapping[Key, PartitionCounts],
+    rejected: Mapping[Key, int],
+    attached: bool = False,
+) -> dict[Key, PartitionCounts]:
+    """The counts with each change the state apply rejected moved from its range's written rows to its
+    rejected ones (read = written + rejected still). The ledger rows of the batch, where a mode wrote them
+    before its output (at_most_once, a replay), are corrected in the output's transaction; an attached
+    child's noted size too."""
+    moved = dict(counts)
+    for key, n in rejected.items():
+        c = moved[key]
+        moved[key] = replace(c, written=c.written - n, rejected=c.rejected + n)
+        conn.execute(
+            "update eosflow.ledger set rows_written = rows_written - %s, rows_rejected = rows_rejected + %s "
+            "where batch_id = %s and topic = %s and partition = %s and kind in ('data', 'replay')",
+            (n, n, plan.batch_id, *key),
+        )
+        if attached:
+            r = next(r for r in plan.ranges if (r.topic, r.partition) == key)
+            child = partitions.committed_name(pipeline.target_table, r.topic, r.partition, r.start)
+            conn.execute(partitions.note_rows(child, moved[key].written))
+    return moved
 
 
 def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) -> bool:
@@ -167,7 +211,12 @@ def _attach_ranges(
 
 
 def _commit_output_then_positions(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed,
+    raw: state.Raw | None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_least_once: the output commits first; a crash before the positions do re-delivers it."""
     stage = sql.SQL(staging_table(plan.batch_id))
@@ -177,7 +226,9 @@ def _commit_output_then_positions(
             return ALREADY_COMMITTED, {}
         counts = _staged_counts(conn, stage, pipeline, plan, records_read)
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan, timed)  # a re-delivered change is not newer than its first copy
+        # a re-delivered change is not newer than its first copy
+        rejected = _apply_state(conn, pipeline, plan, timed, raw)
+        counts = _rejected_at_commit(conn, pipeline, plan, counts, rejected)
         _clear_staging(conn, stage, plan.batch_id)
     fault_point("in_commit")  # output visible, positions not moved: the duplicate window
     with conn.transaction():
@@ -188,18 +239,28 @@ def _commit_output_then_positions(
 
 
 def _commit_positions_then_output(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed,
+    raw: state.Raw | None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """at_most_once: the positions commit first; a crash before the output does loses it.
 
     Between the two transactions the plan reads as committed, which is what another run's sweep
     (eosflow.sinks.postgres.target.sweep_staging) takes for leftovers: the batch is held for both."""
     with holding_batch(conn, plan.batch_id):
-        return _positions_then_output(conn, pipeline, plan, records_read, timed)
+        return _positions_then_output(conn, pipeline, plan, records_read, timed, raw)
 
 
 def _positions_then_output(
-    conn: psycopg.Connection, pipeline: Pipeline, plan: Plan, records_read: Mapping[Key, int], timed: Timed
+    conn: psycopg.Connection,
+    pipeline: Pipeline,
+    plan: Plan,
+    records_read: Mapping[Key, int],
+    timed: Timed,
+    raw: state.Raw | None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     stage = sql.SQL(staging_table(plan.batch_id))
     with conn.transaction():
@@ -217,7 +278,8 @@ def _positions_then_output(
     fault_point("in_commit")  # positions moved, output not written: the loss window
     with conn.transaction():
         _publish_staged(conn, pipeline, plan, stage, sql.SQL(pipeline.target_table))
-        _apply_state(conn, pipeline, plan, timed)
+        rejected = _apply_state(conn, pipeline, plan, timed, raw)
+        counts = _rejected_at_commit(conn, pipeline, plan, counts, rejected)  # the ledger's rows too
         _clear_staging(conn, stage, plan.batch_id)
     return COMMITTED, counts
 
@@ -337,6 +399,7 @@ def commit_replay(
     plan: Plan,
     records_read: Mapping[Key, int],
     timed: Timed = _untimed,
+    raw: state.Raw | None = None,
 ) -> tuple[str, dict[Key, PartitionCounts]]:
     """Replace the rows of already committed ranges with their re-read versions; positions stay.
 
@@ -388,7 +451,8 @@ def commit_replay(
         _publish_staged(conn, pipeline, plan, stage, target)
         if kept:
             with timed("state apply"):
-                state.apply(conn, pipeline, *kept, plan.ranges)
+                rejected = state.apply(conn, pipeline, *kept, plan.ranges, raw=raw)
+            counts = _rejected_at_commit(conn, pipeline, plan, counts, rejected)  # the replay's ledger rows
         _finish(conn, stage, plan)
         fault_point("in_commit")
     return COMMITTED, counts

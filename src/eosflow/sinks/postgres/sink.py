@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import psycopg
@@ -117,10 +118,12 @@ class PostgresSink(Sink):
 
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.sinks.postgres.commit import commit, commit_replay
+        from eosflow.sources.kafka.read_back import records_at
 
         commit_fn = commit_replay if run.plan.kind == "replay" else commit
+        raw = partial(records_at, run.settings.kafka)  # a change rejected at commit, quoted as in Kafka
         with run.time("commit"):
-            return commit_fn(conn, run.pipeline, run.plan, written, run.time_within)
+            return commit_fn(conn, run.pipeline, run.plan, written, run.time_within, raw)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         from eosflow.verify import MART_COLUMNS, run_dbt

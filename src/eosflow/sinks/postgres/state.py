@@ -10,7 +10,8 @@ changes never win, and a replay recomputes the keys its range held before and af
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable, Mapping
 
 import psycopg
 from psycopg import sql
@@ -21,6 +22,11 @@ from eosflow.schema.changes import declared
 
 KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
 LAST = "_eosflow_state_last"  # their last changes, likewise
+FILL = "_eosflow_state_fill"  # the batch's changes with a TOAST placeholder: each one's source, or why none
+# The Kafka and Iceberg sinks' words for a value nothing holds: the one setting that closes the gap.
+FULL = "Set REPLICA IDENTITY FULL on the source table so Debezium sends them"
+# The records at some (topic, partition, offset) coordinates: their key and value (read_back.records_at).
+Raw = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int, int], tuple[bytes | None, bytes | None]]]
 IMAGE_OPS = ("c", "r", "u")
 KEYED_OPS = ("c", "r", "u", "d")
 # A change's place in the source's order, comparable as a row value (a missing LSN lowest).
@@ -139,16 +145,20 @@ def apply(
     soft: bool,
     ranges: Iterable[OffsetRange],
     incremental: bool = False,
-) -> None:
+    raw: Raw | None = None,
+) -> dict[tuple[str, int], int]:
     """Recompute the state of every key remembered (and of `ranges`' keys), and apply any truncate they
     hold; inside the commit's transaction, after the changelog holds the batch's rows.
 
     incremental (a normal commit, not a replay): a key the state table holds has its last change in the
     state row already (S1), so its last change now is the later of that and the batch's own last change,
     and only keys the state table lacks (new, or deleted: their history may hold a newer delete) are
-    recomputed from their whole history. A replay rewrites history and recomputes every key it touched."""
+    recomputed from their whole history. A replay rewrites history and recomputes every key it touched.
+
+    Returns the changes rejected per (topic, partition): those whose unchanged TOAST values nothing holds
+    (resolve_unchanged), out of the changelog before the keys are recomputed."""
     ranges = list(ranges)
-    resolve_unchanged(conn, pipeline, ranges)
+    rejected = resolve_unchanged(conn, pipeline, ranges, raw)
     remember_keys(conn, pipeline, ranges)
     schema = pipeline.schema
     key = schema.primary_key
@@ -250,6 +260,7 @@ def apply(
         )  # fmt: skip
         conn.execute(sql.SQL(statement).format(state=state, older=older), params)
     conn.execute(sql.SQL("truncate {}").format(sql.Identifier(KEYS)))
+    return rejected
 
 
 def _last_changes(log: sql.Identifier, key: tuple[str, ...], ops: str) -> sql.Composable:
@@ -308,35 +319,33 @@ def _last_changes_since(
     ).format(batch=batch, state=state, on_key=on_key, b_order=_order("b"), lacking=lacking)
 
 
-def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:
+def resolve_unchanged(
+    conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange], raw: Raw | None = None
+) -> dict[tuple[str, int], int]:
     """Fill the changelog rows of `ranges` whose columns Debezium sent its TOAST placeholder for
-    (change_unchanged) with the value the row had: that of the latest earlier change of the same key, or,
-    for the create a primary-key update sends, of the old key it moved the row from (change_old_key) alone:
-    the new key's own earlier changes are a former row's. Earlier batches' rows are filled
-    already; within the batch a chain of changes (a key moved twice, a moved key updated) is filled one link
-    per pass, until a pass fills nothing. The changelog then holds each change's whole row, and the state
-    takes it from there."""
+    (change_unchanged) with the value the row had, or reject the change where nothing holds it; returns
+    the changes rejected per (topic, partition), which the commit moves from the range's written count to
+    its rejected one.
+
+    A change's source is the key's latest earlier change, or, for the create a primary-key update sends
+    (change_old_key), the old key's latest change before the move's delete (Debezium sends both halves at
+    the update's one LSN; without LSNs, the old key's latest earlier delete): the new key's own earlier
+    changes are a former row's. No source (an update of a key the changelog never saw: the pipeline
+    started after its create, or retention removed it), a delete as the source (the create between was
+    rejected or is in a partition behind), a truncate between, or no move's delete yet (the old key's
+    partition is behind this one): the change is rejected, as is one whose source is a rejected change of
+    the batch. Earlier batches' rows are filled already (a rejected one is not in the changelog); within
+    the batch a chain (a key moved twice, a moved key updated) is filled one link per pass, each pass one
+    statement for every column. A rejected change leaves the changelog for eosflow.rejected (its record's
+    bytes from `raw`, the records at their coordinates), so the state never takes a NULL the source does
+    not hold, and the key's row stays as it was."""
+    held = [r for r in ranges if not r.empty]
+    if not held:
+        return {}
     schema = pipeline.schema
     key = schema.primary_key
     types = {c.name: c.type.postgres for c in declared(schema)}
     log = _ident(pipeline.target_table)
-    same = sql.SQL(" and ").join(sql.SQL("p.{k} = l.{k}").format(k=sql.Identifier(k)) for k in key)
-    old = sql.SQL(" and ").join(
-        sql.SQL("p.{k} = (l.change_old_key ->> {name})::{t}").format(
-            k=sql.Identifier(k), name=sql.Literal(k), t=sql.SQL(types[k])
-        )
-        for k in key
-    )
-    earlier = sql.SQL(
-        "from {log} p where ((l.change_old_key is null and {same}) or "
-        "(l.change_old_key is not null and {old})) and p.change_op in ('c', 'r', 'u') "
-        "and ({p_order}) < ({l_order}) order by {p_latest} limit 1"
-    ).format(
-        log=log, same=same, old=old, p_order=_order("p"), l_order=_order("l"), p_latest=_latest_first("p")
-    )
-    held = [r for r in ranges if not r.empty]
-    if not held:
-        return
     in_ranges = sql.SQL(" or ").join(
         sql.SQL(
             "(l.kafka_topic = {} and l.kafka_partition = {} and l.kafka_offset >= {} and l.kafka_offset < {})"
@@ -348,21 +357,183 @@ def resolve_unchanged(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iter
             "select exists (select from {log} l where ({in_ranges}) and l.change_unchanged is not null)"
         ).format(log=log, in_ranges=in_ranges)
     ).fetchone()
-    if not placeholders:  # the common batch: nothing to fill, one scan instead of one per column
-        return
-    for c in declared(schema):
-        if c.name in key:
-            continue
-        column = sql.Identifier(c.name)
-        statement = sql.SQL(
-            "update {log} t set {c} = r.value from (select l.kafka_topic, l.kafka_partition, l.kafka_offset, "
-            "(select p.{c} {earlier}) as value from {log} l where ({in_ranges}) "
-            "and {name} = any(l.change_unchanged) and l.{c} is null) r "
-            "where (t.kafka_topic, t.kafka_partition, t.kafka_offset) = "
-            "(r.kafka_topic, r.kafka_partition, r.kafka_offset) and r.value is not null"
-        ).format(log=log, c=column, earlier=earlier, in_ranges=in_ranges, name=sql.Literal(c.name))
-        while conn.execute(statement).rowcount:
-            pass
+    if not placeholders:  # the common batch: nothing to fill
+        return {}
+
+    def on_key(alias: str, old: bool) -> sql.Composable:
+        return sql.SQL(" and ").join(
+            sql.SQL("{a}.{k} = (l.change_old_key ->> {name})::{t}").format(
+                a=sql.Identifier(alias), k=sql.Identifier(k), name=sql.Literal(k), t=sql.SQL(types[k])
+            )
+            if old
+            else sql.SQL("{a}.{k} = l.{k}").format(a=sql.Identifier(alias), k=sql.Identifier(k))
+            for k in key
+        )
+
+    def truncated(after: str, before: sql.Composable) -> sql.Composable:
+        """A truncate between the source and the change (or the move's delete): the row was emptied."""
+        return sql.SQL(
+            "exists (select from {log} x where x.change_op = 't' and ({x}) > ({a}) and ({x}) < ({b}))"
+        ).format(log=log, x=_order("x"), a=_order(after), b=before)
+
+    fill = sql.Identifier(FILL)
+    conn.execute(sql.SQL("drop table if exists {}").format(fill))
+    conn.execute(
+        sql.SQL(
+            "create temporary table {fill} on commit drop as "
+            "select distinct on (l.kafka_topic, l.kafka_partition, l.kafka_offset) "
+            "l.kafka_topic, l.kafka_partition, l.kafka_offset, l.kafka_timestamp, l.batch_id, "
+            "l.change_unchanged, l.change_old_key, "
+            "case when l.change_old_key is null then (case when e.change_op = 'd' or e.change_op is null "
+            "  or {e_truncated} then 'none' end) "
+            "when d.change_op is null then 'behind' "
+            "when m.change_op = 'd' or m.change_op is null or {m_truncated} then 'gone' end as why, "
+            "coalesce(e.kafka_topic, m.kafka_topic) as s_topic, "
+            "coalesce(e.kafka_partition, m.kafka_partition) as s_partition, "
+            "coalesce(e.kafka_offset, m.kafka_offset) as s_offset, false as done "
+            "from {log} l "
+            # the key's latest earlier change (a change that is not a move)
+            "left join lateral (select p.kafka_topic, p.kafka_partition, p.kafka_offset, p.change_op, "
+            "  p.change_lsn from {log} p where l.change_old_key is null and {same} "
+            "  and p.change_op in ('c', 'r', 'u', 'd') and ({p_order}) < ({l_order}) "
+            "  order by {p_latest} limit 1) e on true "
+            # the move's delete of the old key: at the create's LSN (else the latest delete before it)
+            "left join lateral (select p.kafka_topic, p.kafka_partition, p.kafka_offset, p.change_op, "
+            "  p.change_lsn from {log} p where l.change_old_key is not null and {old} and p.change_op = 'd' "
+            "  and (case when l.change_lsn is null then ({p_order}) < ({l_order}) "
+            "  else p.change_lsn = l.change_lsn end) order by {p_latest} limit 1) d on true "
+            # the old key's latest change before that delete (an earlier LSN: the delete's copies share it)
+            "left join lateral (select p.kafka_topic, p.kafka_partition, p.kafka_offset, p.change_op, "
+            "  p.change_lsn from {log} p where d.change_op is not null and {old} "
+            "  and p.change_op in ('c', 'r', 'u', 'd') and (case when d.change_lsn is null "
+            "  then ({p_order}) < ({d_order}) else p.change_lsn < d.change_lsn end) "
+            "  order by {p_latest} limit 1) m on true "
+            "where ({in_ranges}) and l.change_unchanged is not null "
+            "order by l.kafka_topic, l.kafka_partition, l.kafka_offset"
+        ).format(
+            fill=fill,
+            log=log,
+            same=on_key("p", old=False),
+            old=on_key("p", old=True),
+            p_order=_order("p"),
+            l_order=_order("l"),
+            d_order=_order("d"),
+            p_latest=_latest_first("p"),
+            e_truncated=truncated("e", _order("l")),
+            m_truncated=truncated("m", _order("d")),
+            in_ranges=in_ranges,
+        )
+    )
+    # A change whose source is a rejected change of the batch is rejected too, link by link.
+    source_is = sql.SQL(
+        "(g.kafka_topic, g.kafka_partition, g.kafka_offset) = (f.s_topic, f.s_partition, f.s_offset)"
+    )
+    spread = sql.SQL(
+        "update {fill} f set why = 'rejected' where f.why is null and exists "
+        "(select from {fill} g where {source_is} and g.why is not null)"
+    ).format(fill=fill, source_is=source_is)
+    while conn.execute(spread).rowcount:
+        pass
+    # Each pass fills the changes whose source is filled (or not a placeholder change of the batch).
+    columns = [c.name for c in declared(schema) if c.name not in key]
+    filled = sql.SQL(
+        "with ready as (select f.* from {fill} f where f.why is null and not f.done and not exists "
+        "(select from {fill} g where {source_is} and not g.done)), "
+        "written as (update {log} t set {sets} from ready r join {log} s on "
+        "(s.kafka_topic, s.kafka_partition, s.kafka_offset) = (r.s_topic, r.s_partition, r.s_offset) "
+        "where (t.kafka_topic, t.kafka_partition, t.kafka_offset) = "
+        "(r.kafka_topic, r.kafka_partition, r.kafka_offset) returning 1) "
+        "update {fill} f set done = true from ready r where (f.kafka_topic, f.kafka_partition, "
+        "f.kafka_offset) = (r.kafka_topic, r.kafka_partition, r.kafka_offset)"
+    ).format(
+        fill=fill,
+        source_is=source_is,
+        log=log,
+        sets=sql.SQL(", ").join(
+            sql.SQL("{c} = case when {name} = any(t.change_unchanged) then s.{c} else t.{c} end").format(
+                c=sql.Identifier(c), name=sql.Literal(c)
+            )
+            for c in columns
+        ),
+    )
+    while columns and conn.execute(filled).rowcount:
+        pass
+    return _reject_unfilled(conn, pipeline, raw)
+
+
+def _reject_unfilled(
+    conn: psycopg.Connection, pipeline: Pipeline, raw: Raw | None
+) -> dict[tuple[str, int], int]:
+    """The changes the fill left rejected, moved from the changelog to eosflow.rejected with their
+    coordinates, their record's bytes (read back from Kafka: the changelog holds the typed row) and why;
+    returns how many per (topic, partition). Only the rejected rows come to Python: few, or a first run
+    from the middle of a topic, one read of Kafka either way."""
+    fill = sql.Identifier(FILL)
+    rows = conn.execute(
+        sql.SQL(
+            "select kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, batch_id, change_unchanged, "
+            "change_old_key, why, s_topic, s_partition, s_offset from {} where why is not null "
+            "order by 1, 2, 3"
+        ).format(fill)
+    ).fetchall()
+    if not rows:
+        return {}
+    records = raw([(t, p, o) for t, p, o, *_ in rows]) if raw is not None else {}
+    again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"  # a re-delivered range
+    with conn.cursor() as cur:
+        cur.executemany(
+            "insert into eosflow.rejected (pipeline, kafka_topic, kafka_partition, kafka_offset, "
+            "kafka_timestamp, raw_key, raw_value, error, batch_id) "
+            "values (%s, %s, %s, %s, %s, %s, %s, %s, %s)" + again,
+            [
+                (
+                    pipeline.name,
+                    t,
+                    p,
+                    o,
+                    ts,
+                    *records.get((t, p, o), (None, None)),
+                    unfillable(list(unchanged), old, why, (st, sp, so)),
+                    batch,
+                )
+                for t, p, o, ts, batch, unchanged, old, why, st, sp, so in rows
+            ],
+        )
+    conn.execute(
+        sql.SQL(
+            "delete from {log} t using {fill} f where f.why is not null and (t.kafka_topic, "
+            "t.kafka_partition, t.kafka_offset) = (f.kafka_topic, f.kafka_partition, f.kafka_offset)"
+        ).format(log=_ident(pipeline.target_table), fill=fill)
+    )
+    counts: dict[tuple[str, int], int] = {}
+    for t, p, *_ in rows:
+        counts[(t, p)] = counts.get((t, p), 0) + 1
+    return counts
+
+
+def unfillable(names: list[str], old: dict | None, why: str, source: tuple[str, int, int]) -> str:
+    """Why a change whose unchanged TOAST columns nothing holds is rejected (the Kafka sink's wording)."""
+    moved = f" of a key moved from key {json.dumps(old, default=str)}" if old is not None else ""
+    if why == "behind":
+        return (
+            f"unchanged TOAST column(s) {names}{moved}, whose partition has not delivered the move's delete "
+            f"yet (it is behind this one): the values the row held when it moved are not known. {FULL}"
+        )
+    if why == "gone":
+        return (
+            f"unchanged TOAST column(s) {names}{moved}, whose row as it moved is not in the changelog (its "
+            f"create was never read, or was rejected): their values are not known. {FULL}"
+        )
+    if why == "rejected":
+        return (
+            f"unchanged TOAST column(s) {names}{moved}: the change they take their values from, "
+            f"{source[0]}[{source[1]}]@{source[2]}, was rejected in the same commit. {FULL}"
+        )
+    return (
+        f"unchanged TOAST column(s) {names}: the changelog holds no earlier row of the key to take their "
+        "values from (the pipeline started after the key's create, retention removed it, or its create was "
+        f"rejected). {FULL}"
+    )
 
 
 def _latest_truncate(conn: psycopg.Connection, log: sql.Identifier) -> tuple[int, int, int] | None:
