@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup spark-archive prereqs browser demo test docs airflow lab bench soak up down status lint clean
+.PHONY: setup spark-archive prereqs browser demo test unit docs airflow lab bench soak up down status lint clean
 
 ## setup: the machine's prerequisites (Debian), the virtualenv (PyPI) and the jars (Maven Central); idempotent
 setup: prereqs $(STAMP)
@@ -51,6 +51,12 @@ test: setup browser spark-archive
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/eosflow stack up
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+
+## unit: every test that needs no stack (not marked integration), in under three minutes on two workers, with
+## no server running: tests/no_stack.py points every port at one nothing listens on and fails a test that
+## starts a server, so one that needs the stack cannot pass by finding yours
+unit: $(STAMP)
+	$(BIN)/pytest -p tests.no_stack -n $(TEST_WORKERS) -m "not integration" $(PYTEST_ARGS)
 
 ## docs: the documentation site into site/: the reference pages regenerated from the code, then
 ## mkdocs build --strict (a broken link, a missing anchor or a page outside the nav fails it); needs the

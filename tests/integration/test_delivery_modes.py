@@ -12,6 +12,8 @@ import pytest
 from eosflow.ledger import positions
 from eosflow.pipelines import PipelineConfigError
 
+pytestmark = pytest.mark.integration
+
 
 def _visible_ids(manifest) -> list[str]:
     return sorted(row.event_id for row in manifest.visible())
