@@ -86,7 +86,9 @@ class Held:
 
     position: Position
     value: bytes | None  # the last record's value; None: a tombstone (deleted)
-    image: bytes | None  # the last non-null value (what a moved key's unchanged TOAST columns come from)
+    # The last non-null value (what a moved key's unchanged TOAST columns come from); none once the key is
+    # deleted twice with no value between (a rejected create: the row the second delete took is unknown).
+    image: bytes | None
     typed: Sequence[object] | None = None  # that image's typed columns, when this run produced it
 
 
@@ -167,9 +169,10 @@ class PartitionState:
             n += 1
             if key is None:
                 continue
-            if value is None:
+            if value is None:  # a delete keeps the row it deleted; a second delete, none (see `produced`)
                 before = restored.get(key)
-                restored[key] = (headers, None, before[2] if before is not None else None)
+                kept = before[2] if before is not None and before[1] is not None else None
+                restored[key] = (headers, None, kept)
             else:
                 restored[key] = (headers, value, value)
         return n
@@ -216,7 +219,11 @@ class PartitionState:
         """Remember what went to the output topic: the key's last record from now on."""
         held = self.held(record.key)
         if record.value is None:
-            image, kept = (held.image, held.typed) if held is not None else (None, None)
+            # A delete keeps the image of the row it deleted: a move's create takes its values. A delete of
+            # a key already deleted keeps none: the row it deleted (a create this partition rejected, or
+            # never held) is not the one before the first delete, and the source no longer holds that.
+            live = held is not None and held.value is not None
+            image, kept = (held.image, held.typed) if live else (None, None)
         else:
             image, kept = record.value, record.typed
         self.keys[record.key] = Held(record.position, record.value, image, kept)
