@@ -1,5 +1,5 @@
-"""Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`, and
-`iceberg_default` when an Iceberg sink's catalog is configured there).
+"""Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`, and, when defined,
+`iceberg_default` and `eosflow_schema_registry`: eosflow_airflow.connection_types).
 
 Connections are the one place an Airflow deployment configures where Kafka, the warehouse and the
 Iceberg catalog are; the Spark job receives the same values as EOSFLOW_* variables.
@@ -13,11 +13,11 @@ import json
 from airflow.sdk.bases.hook import BaseHook
 
 from eosflow import settings as settings_mod
+from eosflow_airflow.connection_types import IcebergCatalogHook, SchemaRegistryHook
 
 WAREHOUSE_CONN_ID = "warehouse"
 KAFKA_CONN_ID = "kafka_default"
 READER_CONN_ID = "warehouse_readonly"
-ICEBERG_CONN_ID = "iceberg_default"
 
 
 class EosflowHook(BaseHook):
@@ -49,28 +49,22 @@ class EosflowHook(BaseHook):
             kafka_bootstrap=bootstrap,
             kafka_config=tuple(sorted((k, str(v)) for k, v in kafka.items())) or base.kafka_config,
             iceberg_catalog_properties=self.iceberg_catalog_properties(),
+            **self._registry(),
         )
 
+    @staticmethod
+    def _registry() -> dict[str, object]:
+        """The schema registry from the `eosflow_schema_registry` connection, when it is defined."""
+        found = SchemaRegistryHook().client_settings()
+        if found is None:
+            return {}
+        url, config = found
+        return {"schema_registry_url": url, "schema_registry_config": config}  # the connection, all of it
+
     def iceberg_catalog_properties(self) -> tuple[tuple[str, str], ...] | None:
-        """PyIceberg catalog properties from the `iceberg_default` connection, or None (none defined: the
-        worker's EOSFLOW_ICEBERG_CATALOG_PROPERTIES and PyIceberg's own configuration stand). Its host is
-        the catalog's `uri`; its extra, any other property; its password goes to the property the extra's
-        `password_property` names, else, with a login, to `credential` as login:password (a REST
-        catalog's OAuth2 client credentials)."""
-        try:
-            conn = self.get_connection(ICEBERG_CONN_ID)
-        except Exception:  # noqa: BLE001 - not defined: the environment's configuration
-            return None
-        extra = dict(conn.extra_dejson)
-        target = str(extra.pop("password_property", "") or "")
-        properties = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()}
-        if conn.host:
-            properties.setdefault("uri", conn.host)
-        if conn.password and target:
-            properties[target] = conn.password
-        elif conn.password and conn.login:
-            properties["credential"] = f"{conn.login}:{conn.password}"
-        return tuple(sorted(properties.items()))
+        """PyIceberg catalog properties from the `iceberg_default` connection (type eosflow_iceberg), or None
+        (none defined: the worker's EOSFLOW_ICEBERG_CATALOG_PROPERTIES and PyIceberg's own configuration)."""
+        return IcebergCatalogHook().catalog_properties()
 
     def reader_settings(self) -> settings_mod.Settings:
         """The same settings, logged in as the read-only role (connection `warehouse_readonly`, else
@@ -90,17 +84,28 @@ class EosflowHook(BaseHook):
     def job_env(self, settings: settings_mod.Settings | None = None) -> dict[str, str]:
         """The same settings as environment for the spark-submit'ed job (eosflow.settings.load reads it)."""
         s = settings or self.settings()
-        return {
-            "EOSFLOW_PG_HOST": s.pg_host,
-            "EOSFLOW_PG_PORT": str(s.pg_port),
-            "EOSFLOW_PG_DATABASE": s.pg_database,
-            "EOSFLOW_PG_USER": s.pg_user,
-            "EOSFLOW_PG_PASSWORD": s.pg_password,
-            "EOSFLOW_PG_OPTIONS": json.dumps(dict(s.pg_options)),
-            "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS": s.bootstrap_servers,
-            "EOSFLOW_KAFKA_CONFIG": json.dumps(dict(s.kafka_config)),
-        } | (
-            {}
-            if s.iceberg_catalog_properties is None
-            else {"EOSFLOW_ICEBERG_CATALOG_PROPERTIES": json.dumps(dict(s.iceberg_catalog_properties))}
+        return (
+            {
+                "EOSFLOW_PG_HOST": s.pg_host,
+                "EOSFLOW_PG_PORT": str(s.pg_port),
+                "EOSFLOW_PG_DATABASE": s.pg_database,
+                "EOSFLOW_PG_USER": s.pg_user,
+                "EOSFLOW_PG_PASSWORD": s.pg_password,
+                "EOSFLOW_PG_OPTIONS": json.dumps(dict(s.pg_options)),
+                "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS": s.bootstrap_servers,
+                "EOSFLOW_KAFKA_CONFIG": json.dumps(dict(s.kafka_config)),
+            }
+            | (
+                {}
+                if not s.schema_registry_url
+                else {
+                    "EOSFLOW_SCHEMA_REGISTRY_URL": s.schema_registry_url,
+                    "EOSFLOW_SCHEMA_REGISTRY_CONFIG": json.dumps(dict(s.schema_registry_config)),
+                }
+            )
+            | (
+                {}
+                if s.iceberg_catalog_properties is None
+                else {"EOSFLOW_ICEBERG_CATALOG_PROPERTIES": json.dumps(dict(s.iceberg_catalog_properties))}
+            )
         )

@@ -42,6 +42,15 @@ SECRETS = {
         }
     ),
     "EOSFLOW_ICEBERG_CATALOG_PROPERTIES": json.dumps({"credential": "id:iceberg-S3CRET-k11"}),
+    "AIRFLOW_CONN_EOSFLOW_SCHEMA_REGISTRY": json.dumps(
+        {
+            "conn_type": "eosflow_schema_registry",
+            "host": "https://registry.example:8081",
+            "login": "reg",
+            "password": "conn-S3CRET-l12",
+            "extra": {"ssl.ca.location": "/etc/ca.pem"},
+        }
+    ),
 }
 MARKERS = ["S3CRET"]  # every secret above holds it, and nothing else does
 
@@ -99,7 +108,12 @@ def test_the_spark_task_gets_its_secrets_when_it_runs_and_its_template_field_nev
     env = task.job_env(hook, hook.settings())
     assert env["EOSFLOW_PG_PASSWORD"] == "conn-S3CRET-f6"  # the connection, read at run time
     assert json.loads(env["EOSFLOW_KAFKA_CONFIG"])["sasl.password"] == "conn-S3CRET-g7"
-    assert json.loads(env["EOSFLOW_SCHEMA_REGISTRY_CONFIG"])["basic.auth.user.info"].endswith("S3CRET-d4")
+    # the registry's connection, not the worker's EOSFLOW_SCHEMA_REGISTRY_*: all of it, nothing mixed in
+    assert env["EOSFLOW_SCHEMA_REGISTRY_URL"] == "https://registry.example:8081"
+    assert json.loads(env["EOSFLOW_SCHEMA_REGISTRY_CONFIG"]) == {
+        "basic.auth.user.info": "reg:conn-S3CRET-l12",
+        "ssl.ca.location": "/etc/ca.pem",
+    }
     iceberg = json.loads(env["EOSFLOW_ICEBERG_CATALOG_PROPERTIES"])  # the connection, not the worker's
     assert iceberg == {
         "uri": "http://catalog.example:8181",
