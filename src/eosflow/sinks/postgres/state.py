@@ -383,7 +383,7 @@ def resolve_unchanged(
             "create temporary table {fill} on commit drop as "
             "select distinct on (l.kafka_topic, l.kafka_partition, l.kafka_offset) "
             "l.kafka_topic, l.kafka_partition, l.kafka_offset, l.kafka_timestamp, l.batch_id, "
-            "l.change_unchanged, l.change_old_key, "
+            "l.change_unchanged, l.change_old_key, {keys}, {source_keys}, "
             "case when l.change_old_key is null then (case when e.change_op = 'd' or e.change_op is null "
             "  or {e_truncated} then 'none' end) "
             "when d.change_op is null then 'behind' "
@@ -413,6 +413,19 @@ def resolve_unchanged(
         ).format(
             fill=fill,
             log=log,
+            keys=sql.SQL(", ").join(sql.SQL("l.{}").format(sql.Identifier(k)) for k in key),
+            source_keys=sql.SQL(", ").join(
+                sql.SQL(
+                    "case when l.change_old_key is null then l.{k} else (l.change_old_key ->> {name})::{t} "
+                    "end as {s}"
+                ).format(
+                    k=sql.Identifier(k),
+                    name=sql.Literal(k),
+                    t=sql.SQL(types[k]),
+                    s=sql.Identifier(f"_src_{k}"),
+                )
+                for k in key
+            ),
             same=on_key("p", old=False),
             old=on_key("p", old=True),
             p_order=_order("p"),
@@ -439,9 +452,9 @@ def resolve_unchanged(
     filled = sql.SQL(
         "with ready as (select f.* from {fill} f where f.why is null and not f.done and not exists "
         "(select from {fill} g where {source_is} and not g.done)), "
-        "written as (update {log} t set {sets} from ready r join {log} s on "
+        "written as (update {log} t set {sets} from ready r join {log} s on {s_key} and "
         "(s.kafka_topic, s.kafka_partition, s.kafka_offset) = (r.s_topic, r.s_partition, r.s_offset) "
-        "where (t.kafka_topic, t.kafka_partition, t.kafka_offset) = "
+        "where {t_key} and (t.kafka_topic, t.kafka_partition, t.kafka_offset) = "
         "(r.kafka_topic, r.kafka_partition, r.kafka_offset) returning 1) "
         "update {fill} f set done = true from ready r where (f.kafka_topic, f.kafka_partition, "
         "f.kafka_offset) = (r.kafka_topic, r.kafka_partition, r.kafka_offset)"
@@ -449,6 +462,11 @@ def resolve_unchanged(
         fill=fill,
         source_is=source_is,
         log=log,
+        # the keys too: the changelog's key index finds both rows where no index is on the coordinates
+        s_key=sql.SQL(" and ").join(
+            sql.SQL("s.{k} = r.{s}").format(k=sql.Identifier(k), s=sql.Identifier(f"_src_{k}")) for k in key
+        ),
+        t_key=sql.SQL(" and ").join(sql.SQL("t.{k} = r.{k}").format(k=sql.Identifier(k)) for k in key),
         sets=sql.SQL(", ").join(
             sql.SQL("{c} = case when {name} = any(t.change_unchanged) then s.{c} else t.{c} end").format(
                 c=sql.Identifier(c), name=sql.Literal(c)
@@ -501,9 +519,15 @@ def _reject_unfilled(
         )
     conn.execute(
         sql.SQL(
-            "delete from {log} t using {fill} f where f.why is not null and (t.kafka_topic, "
+            "delete from {log} t using {fill} f where f.why is not null and {t_key} and (t.kafka_topic, "
             "t.kafka_partition, t.kafka_offset) = (f.kafka_topic, f.kafka_partition, f.kafka_offset)"
-        ).format(log=_ident(pipeline.target_table), fill=fill)
+        ).format(
+            log=_ident(pipeline.target_table),
+            fill=fill,
+            t_key=sql.SQL(" and ").join(
+                sql.SQL("t.{k} = f.{k}").format(k=sql.Identifier(k)) for k in pipeline.schema.primary_key
+            ),
+        )
     )
     counts: dict[tuple[str, int], int] = {}
     for t, p, *_ in rows:
