@@ -161,3 +161,29 @@ def test_a_key_moved_from_a_partition_that_is_behind_is_rejected_not_given_a_sta
     assert FULL in error
     assert [row[:3] for row in _ledger(case)] == [(1, 1, 0), (1, 0, 1), (3, 3, 0)]
     _verified(case)
+
+
+def test_a_move_whose_old_row_the_changelog_lacks_and_an_update_after_a_truncate_are_rejected(case):
+    """About 8 s. Key 1's update was rejected (never seen), so when key 1 moves to 2 in the next run its
+    row as it moved is not in the changelog; key 3's update after a truncate has no create since. Both are
+    rejected with their reason; the truncate still empties the state."""
+    state = as_change_stream(case)
+    src = Source(case, partitions=1)
+    src.send("u", {"id": 1, "email": "a@x", "balance": None, "notes": PLACEHOLDER})  # 0: rejected
+    src.send("c", {"id": 3, "email": "c@x", "balance": None, "notes": "three"})  # 1
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, state) == {3: ("c@x", None, "three")}
+    at = src.send("d", {"id": 1, "email": None, "balance": None, "notes": None})  # 2, its tombstone 3
+    _moved(src, 2, 1, "a@x", at)  # 4
+    src.truncate()  # 5
+    src.send("u", {"id": 3, "email": "c2@x", "balance": None, "notes": PLACEHOLDER})  # 6
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert state_of(case, state) == {}
+    rejected = {offset: error for _, offset, _, _, error in _rejected(case)}
+    assert sorted(rejected) == [0, 4, 6]
+    assert 'moved from key {"id": 1}, whose row as it moved is not in the changelog' in rejected[4]
+    assert "a truncate emptied the table" in rejected[6] and FULL in rejected[6]
+    assert [row[:3] for row in _ledger(case)] == [(2, 1, 1), (5, 3, 2)]
+    _verified(case)

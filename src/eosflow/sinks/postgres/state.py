@@ -4,7 +4,9 @@ The pipeline's target is its changelog (every change, with its Kafka coordinates
 the state table is derived from it in the commit's transaction: each key a batch touched is recomputed from
 all of the key's changes in the changelog, to its last by `(change_lsn, kafka_partition, kafka_offset)` (a
 missing LSN counting lowest). So the state never depends on the order runs commit in, re-delivered older
-changes never win, and a replay recomputes the keys its range held before and after. docs/DESIGN.md,
+changes never win, and a replay recomputes the keys its range held before and after. Before that, a
+change's unchanged TOAST columns (Debezium's placeholder) are filled from the change they belong to, or the
+change is rejected, out of the changelog, when nothing holds them (resolve_unchanged). docs/DESIGN.md,
 "Change streams".
 """
 
@@ -385,7 +387,7 @@ def resolve_unchanged(
             "l.kafka_topic, l.kafka_partition, l.kafka_offset, l.kafka_timestamp, l.batch_id, "
             "l.change_unchanged, l.change_old_key, {keys}, {source_keys}, "
             "case when l.change_old_key is null then (case when e.change_op = 'd' or e.change_op is null "
-            "  or {e_truncated} then 'none' end) "
+            "  then 'none' when {e_truncated} then 'truncated' end) "
             "when d.change_op is null then 'behind' "
             "when m.change_op = 'd' or m.change_op is null or {m_truncated} then 'gone' end as why, "
             "coalesce(e.kafka_topic, m.kafka_topic) as s_topic, "
@@ -547,6 +549,11 @@ def unfillable(names: list[str], old: dict | None, why: str, source: tuple[str, 
         return (
             f"unchanged TOAST column(s) {names}{moved}, whose row as it moved is not in the changelog (its "
             f"create was never read, or was rejected): their values are not known. {FULL}"
+        )
+    if why == "truncated":
+        return (
+            f"unchanged TOAST column(s) {names}: a truncate emptied the table after the key's last change in "
+            f"the changelog, and the key's create since is not in it: their values are not known. {FULL}"
         )
     if why == "rejected":
         return (
