@@ -71,7 +71,7 @@ def _never_seen(src: Source) -> None:
 
 @pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once", "at_most_once"])
 def test_an_update_of_a_key_the_changelog_never_saw_is_rejected_not_given_a_null(case, delivery):
-    """About 10 s a mode (two runs, verify). Key 5's two updates are rejected (the second would fill from
+    """About 20 s a mode (two runs, verify twice). Key 5's two updates are rejected (the second would fill from
     the first) with their record's bytes and the reason, out of the changelog and counted as rejected;
     key 7 is filled; key 5's full update later applies, and the update after it fills from it."""
     state = as_change_stream(case, delivery=delivery)
@@ -98,7 +98,7 @@ def test_an_update_of_a_key_the_changelog_never_saw_is_rejected_not_given_a_null
 
 
 def test_a_replay_rejects_the_changes_nothing_fills_again_and_counts_them(case):
-    """About 10 s. A replay of the range holding two rejected changes rejects them again: one rejected
+    """About 9 s. A replay of the range holding two rejected changes rejects them again: one rejected
     row each, the replay's ledger row counting them, the state as it was, verify passing."""
     from eosflow.ledger.backfill import BackfillRequest
     from eosflow.runners import backfill_run
@@ -138,7 +138,7 @@ def test_a_moved_key_takes_the_old_keys_value_not_the_new_keys_former_rows(case)
 
 
 def test_a_key_moved_from_a_partition_that_is_behind_is_rejected_not_given_a_stale_value(case):
-    """About 8 s. Key 1 (partition 1) is updated, then moved to 2 (partition 0); partition 0's create is
+    """About 9 s. Key 1 (partition 1) is updated, then moved to 2 (partition 0); partition 0's create is
     read while partition 1's update and delete are not yet (Connect's producer sends each partition on
     its own; a catch-up caps each range on its own). The create is rejected, not filled from key 1's
     older row, and stays rejected once partition 1 catches up."""
@@ -164,7 +164,7 @@ def test_a_key_moved_from_a_partition_that_is_behind_is_rejected_not_given_a_sta
 
 
 def test_a_move_whose_old_row_the_changelog_lacks_and_an_update_after_a_truncate_are_rejected(case):
-    """About 8 s. Key 1's update was rejected (never seen), so when key 1 moves to 2 in the next run its
+    """About 11 s. Key 1's update was rejected (never seen), so when key 1 moves to 2 in the next run its
     row as it moved is not in the changelog; key 3's update after a truncate has no create since. Both are
     rejected with their reason; the truncate still empties the state."""
     state = as_change_stream(case)
