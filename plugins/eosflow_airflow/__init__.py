@@ -1,5 +1,5 @@
 """Airflow-side code of eosflow: hooks onto the connections, the tasks, and the DAG factories.
 
-DAG files in dags/ only call the factories here; nothing in this package touches Kafka or the
-warehouse at import time.
+The DAG files in dag_files/ (served to Airflow as a DAG bundle: bundle.py) only call the factories here;
+nothing in this package touches Kafka or the warehouse at import time.
 """

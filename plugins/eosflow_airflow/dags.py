@@ -66,8 +66,9 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 def declared_pipelines(settings: Settings | None = None, path: Path | None = None) -> dict[str, Pipeline]:
     """The pipelines pipelines.yml declares that parse. A refused one is left out, with a warning in the
-    parse log, so it never takes the others' DAGs with it; dags/eosflow_config_errors.py reports it in the
-    UI. A fault of the file itself (not YAML, a name twice) still raises: no pipeline can be trusted then."""
+    parse log, so it never takes the others' DAGs with it; dag_files/eosflow_config_errors.py reports it in
+    the UI. A fault of the file itself (not YAML, a name twice) still raises: no pipeline can be trusted
+    then."""
     good, bad = load_each(settings or load(), path)
     for name, error in bad.items():
         log.warning("pipeline %r is refused, its DAGs are not made: %s", name, error)
@@ -185,7 +186,7 @@ def declared_databases(
     settings: Settings | None = None, path: Path | None = None
 ) -> dict[str, databases.Database]:
     """The `database:` entries pipelines.yml declares that parse; a refused one is left out with a warning,
-    as a pipeline is (dags/eosflow_config_errors.py names it)."""
+    as a pipeline is (dag_files/eosflow_config_errors.py names it)."""
     good, bad = load_databases(settings or load(), path)
     for name, error in bad.items():
         log.warning("database entry %r is refused, its DAG is not made: %s", name, error)

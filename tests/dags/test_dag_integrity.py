@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = ROOT / "plugins" / "eosflow_airflow" / "dag_files"  # the installed package's bundle
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def _with_a_bad_pipeline(tmp_path: Path) -> Path:
     """The project's pipelines, and between them `broken`: as orders, but writing into eosflow's schema."""
     import yaml
 
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body = yaml.safe_load((ROOT / "pipelines.yml").read_text())
     body["pipelines"] = {
         "orders": body["pipelines"]["orders"],
         "broken": body["pipelines"]["orders"] | {"topics": ["broken"], "target_table": "eosflow.ledger"},
@@ -63,7 +64,7 @@ def test_a_bad_publisher_is_reported_by_name_and_every_other_publisher_keeps_its
     import yaml
     from airflow.dag_processing.dagbag import DagBag
 
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body = yaml.safe_load((ROOT / "pipelines.yml").read_text())
     (name, good), *_ = body["publishers"].items()
     body["publishers"] = {name: good, "broken_pub": good | {"table": "eosflow.ledger", "topic": "broken.pub"}}
     path = tmp_path / "pipelines.yml"
@@ -92,8 +93,8 @@ def test_in_airflow_s_database_the_good_pipelines_dags_stay_active_beside_the_im
 
     monkeypatch.setenv("EOSFLOW_PIPELINES", str(_with_a_bad_pipeline(tmp_path)))
     DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag(dag_folder=str(DAGS), bundle_path=DAGS, bundle_name="dags-folder")
-    sync_bag_to_db(bag, "dags-folder", None)
+    bag = DagBag(dag_folder=str(DAGS), bundle_path=DAGS, bundle_name="eosflow")
+    sync_bag_to_db(bag, "eosflow", None)
     with create_session() as session:
         dags = {
             d.dag_id: (d.is_stale, d.has_import_errors)
@@ -102,7 +103,7 @@ def test_in_airflow_s_database_the_good_pipelines_dags_stay_active_beside_the_im
         errors = {
             e.filename: e.stacktrace
             for e in session.scalars(
-                select(ParseImportError).where(ParseImportError.bundle_name == "dags-folder")
+                select(ParseImportError).where(ParseImportError.bundle_name == "eosflow")
             )
         }
     assert dags["eosflow_ingest_orders"] == dags["eosflow_backfill_orders_roundtrip"] == (False, False)
@@ -232,7 +233,7 @@ def orders_declared(tmp_path, monkeypatch, **changes):
     """The project's pipelines file with the orders pipeline changed, its DAGs parsed with no I/O allowed."""
     import yaml
 
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body = yaml.safe_load((ROOT / "pipelines.yml").read_text())
     body["pipelines"]["orders"].update(changes)
     bag = parsed_without_io(tmp_path, monkeypatch, body)
     assert bag.import_errors == {}
@@ -439,7 +440,7 @@ def test_a_database_entry_gets_one_ingest_and_one_backfill_dag_parsed_without_ka
     refused entry is an import error naming it, as a refused pipeline is."""
     import yaml
 
-    body = yaml.safe_load((DAGS.parent / "pipelines.yml").read_text())
+    body = yaml.safe_load((ROOT / "pipelines.yml").read_text())
     body["pipelines"]["shop"] = {
         "database": {"topic_prefix": "shop"},
         "changes": "debezium",

@@ -12,7 +12,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+DAGS = Path(__file__).resolve().parents[2] / "plugins" / "eosflow_airflow" / "dag_files"
 
 SECRETS = {
     "EOSFLOW_PG_PASSWORD": "pg-S3CRET-a1",

@@ -73,12 +73,25 @@ def connections(settings: Settings) -> dict[str, str]:
     return {name: os.environ.get(name) or json.dumps(value) for name, value in conns.items()}
 
 
+EOSFLOW_BUNDLE = {"name": "eosflow", "classpath": "eosflow_airflow.bundle.EosflowDagBundle", "kwargs": {}}
+# Airflow's default: the DAGs folder ([core] dags_folder).
+DAGS_FOLDER_BUNDLE = {
+    "name": "dags-folder",
+    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+    "kwargs": {},
+}
+BUNDLES = [DAGS_FOLDER_BUNDLE, EOSFLOW_BUNDLE]
+
+
 def airflow_env(settings: Settings) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     env = dict(os.environ)
     env.update(
         {
             "AIRFLOW_HOME": str(settings.airflow_home),
+            # eosflow's DAGs as a team's Airflow gets them, the installed package's bundle, beside the DAGs
+            # folder, the project's dags/ (docs/operations/airflow.md).
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(BUNDLES),
             "AIRFLOW__CORE__DAGS_FOLDER": str(settings.root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.root / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
