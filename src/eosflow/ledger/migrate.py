@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -28,7 +29,7 @@ def forget() -> None:
     _CURRENT.clear()
 
 
-def migrate(dsn: str, log=print) -> list[str]:
+def migrate(dsn: str, log: Callable[[str], None] = print) -> list[str]:
     """Apply what is pending, once per warehouse and process; returns the versions applied now."""
     if dsn in _CURRENT:
         return []

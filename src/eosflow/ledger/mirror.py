@@ -21,6 +21,7 @@ from eosflow.ledger.positions import (
     ALREADY_COMMITTED,
     COMMITTED,
     FencedError,
+    Locked,
     PartitionCounts,
     advance,
     expected_position,
@@ -92,7 +93,7 @@ def mirror(
     outcomes: Mapping[Key, RangeOutcome],
     where: str,
     also: Also | None = None,
-) -> tuple[str, dict]:
+) -> tuple[str, dict[Key, PartitionCounts]]:
     """Record the ranges the sink committed for this batch in the ledger; FencedError for any fenced one.
 
     One Postgres transaction, under the positions' locks, like a warehouse commit: a range already
@@ -140,7 +141,7 @@ def mirror_replay(
     outcomes: Mapping[Key, RangeOutcome],
     where: str,
     also: Also | None = None,
-) -> tuple[str, dict]:
+) -> tuple[str, dict[Key, PartitionCounts]]:
     """Record a replay the sink committed: a `replay` ledger row per range and the partition's replay
     count, in one transaction under the positions' locks; positions stay. Idempotent like `mirror`
     (a range whose replay row is there is left as it is). `also` replaces the ranges' rejected rows.
@@ -209,6 +210,7 @@ def reconcile(
                     f"{ledger.get(partition)}, which no persisted plan explains. Nothing was planned; see "
                     "docs/DESIGN.md, 'The ledger behind a sink'."
                 )
+            assert loaded is not None  # part came from it
             outcome = RangeOutcome(
                 topic, partition, ALREADY_COMMITTED, found.read, found.written, found.rejected
             )
@@ -237,13 +239,14 @@ def _reconcile_replay(
     replay = found.last_replay
     loaded = store.load_plan(conn, replay.batch_id) if replay is not None else None
     part = _part(loaded[0], topic, partition) if loaded else None
-    if found.replays != ledger_replays + 1 or part is None or loaded[0].kind != "replay":
+    if found.replays != ledger_replays + 1 or part is None or loaded is None or loaded[0].kind != "replay":
         raise LedgerBehindError(
             f"pipeline {pipeline}: {where} committed {found.replays} replay(s) of {topic}[{partition}] "
             f"(the last by batch {replay.batch_id if replay else 'unknown'}), the ledger shows "
             f"{ledger_replays}, which no persisted replay plan explains. Nothing was planned; see "
             "docs/DESIGN.md, 'The ledger behind a sink'."
         )
+    assert replay is not None  # part came from its plan
     outcome = RangeOutcome(topic, partition, ALREADY_COMMITTED, replay.read, replay.written, replay.rejected)
     mirror_replay(conn, loaded[0], {(topic, partition): outcome}, where, also)
     log(
@@ -283,7 +286,9 @@ def _mirrored(conn: psycopg.Connection, plan: Plan) -> set[Key]:
     return {(t, p) for t, p in rows}
 
 
-def _to_mirror(part: PartitionPlan, locked, mirrored: set[Key], plan: Plan, where: str) -> bool:
+def _to_mirror(
+    part: PartitionPlan, locked: Mapping[Key, Locked], mirrored: set[Key], plan: Plan, where: str
+) -> bool:
     if _key(part) in mirrored:
         return False  # by an earlier attempt, or by reconcile
     position = locked[_key(part)].next_offset if _key(part) in locked else None

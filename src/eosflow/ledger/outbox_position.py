@@ -10,11 +10,15 @@ and aborted whatever that id left open, so its last stable offset is its end.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from eosflow.publishers import Publisher
 from eosflow.sources.kafka.read_back import read_to_end
 from eosflow.sources.outbox import Position
+
+if TYPE_CHECKING:
+    import psycopg
 
 _TIMEOUT_S = 30.0
 
@@ -23,7 +27,7 @@ def key(publisher: Publisher) -> bytes:
     return f"{publisher.name}:{publisher.shard}".encode()
 
 
-def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log=print) -> None:
+def ensure_topics(kafka: Mapping[str, str], publisher: Publisher, log: Callable[[str], None] = print) -> None:
     """The offsets topic (compacted, one partition), the output and dead-letter topics (the cluster's
     defaults)."""
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -57,7 +61,7 @@ def read(kafka: Mapping[str, str], publisher: Publisher) -> Position | None:
     return found
 
 
-def read_stored(conn, publisher: Publisher) -> Position | None:
+def read_stored(conn: psycopg.Connection, publisher: Publisher) -> Position | None:
     """at_least_once: the position stored in Postgres after the last batch was produced."""
     row = conn.execute(
         "select xid, id from eosflow.publish_positions where publisher = %s and shard = %s",
@@ -66,7 +70,7 @@ def read_stored(conn, publisher: Publisher) -> Position | None:
     return Position(row[0], row[1]) if row else None
 
 
-def store(conn, publisher: Publisher, pos: Position) -> None:
+def store(conn: psycopg.Connection, publisher: Publisher, pos: Position) -> None:
     conn.execute(
         "insert into eosflow.publish_positions (publisher, shard, xid, id) values (%s, %s, %s, %s) "
         "on conflict (publisher, shard) do update set xid = excluded.xid, id = excluded.id, "

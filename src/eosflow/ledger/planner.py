@@ -88,7 +88,7 @@ def plan_partitions(
         offs = kafka[partition]
         stored = positions.get(partition)
         first_seen = stored is None
-        if first_seen:
+        if stored is None:
             # Never seen: the initial policy decides. earliest, latest and timestamps resolve inside
             # the log; only an explicit offset can point below the log start, and that is data loss
             # (records the pipeline was declared to read are gone), not something to round up.

@@ -13,6 +13,7 @@ import psycopg
 
 from eosflow.ledger.planner import TopicRecreatedError
 from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+from eosflow.rows import one_row
 
 COMMITTED = "committed"
 
@@ -130,11 +131,14 @@ def ledger_row(conn: psycopg.Connection, plan: Plan, r: OffsetRange, kind: str, 
 
 
 def already_committed(conn: psycopg.Connection, batch_id: str) -> bool:
-    (done,) = conn.execute(
-        "select exists (select 1 from eosflow.ledger where batch_id = %s) "
-        "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
-        (batch_id, batch_id),
-    ).fetchone()
+    done: bool
+    (done,) = one_row(
+        conn.execute(
+            "select exists (select 1 from eosflow.ledger where batch_id = %s) "
+            "or exists (select 1 from eosflow.plans where batch_id = %s and status = 'committed')",
+            (batch_id, batch_id),
+        )
+    )
     return done
 
 

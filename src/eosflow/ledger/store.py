@@ -11,6 +11,7 @@ import psycopg
 from eosflow.errors import PipelineConfigError
 from eosflow.ledger.ranges import PartitionPlan, Plan
 from eosflow.pipelines import Pipeline
+from eosflow.rows import one_row
 
 
 def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, int | None]:
@@ -66,9 +67,9 @@ def refuse_a_moved_pipeline(conn: psycopg.Connection, pipeline: Pipeline) -> Non
         "insert into eosflow.pipeline_outputs (pipeline, output) values (%s, %s) on conflict do nothing",
         (pipeline.name, output),
     )
-    (recorded,) = conn.execute(
-        "select output from eosflow.pipeline_outputs where pipeline = %s", (pipeline.name,)
-    ).fetchone()
+    (recorded,) = one_row(
+        conn.execute("select output from eosflow.pipeline_outputs where pipeline = %s", (pipeline.name,))
+    )
     committed = has_committed(conn, pipeline.name)
     if recorded != output and committed:
         raise PipelineConfigError(
@@ -153,13 +154,16 @@ def declaration_version(conn: psycopg.Connection, pipeline: Pipeline) -> int:
             (pipeline.name, fingerprint),
         ).fetchone()
         if found is not None:
-            return found[0]
-        (version,) = conn.execute(
+            recorded: int = found[0]
+            return recorded
+        inserted = conn.execute(
             "insert into eosflow.declarations (pipeline, version, fingerprint, declaration) "
             "select %s, coalesce(max(version), 0) + 1, %s, %s from eosflow.declarations where pipeline = %s "
             "returning version",
             (pipeline.name, fingerprint, pipeline.schema.canonical, pipeline.name),
-        ).fetchone()
+        )
+        version: int
+        (version,) = one_row(inserted)
         return version
 
 
@@ -175,7 +179,8 @@ def committed_counts(conn: psycopg.Connection, batch_id: str) -> dict[tuple[str,
 
 def ledger_mark(conn: psycopg.Connection) -> int:
     """The ledger's newest row id: the rows a run commits after this call all have larger ids."""
-    (mark,) = conn.execute("select coalesce(max(id), 0) from eosflow.ledger").fetchone()
+    mark: int
+    (mark,) = one_row(conn.execute("select coalesce(max(id), 0) from eosflow.ledger"))
     return mark
 
 

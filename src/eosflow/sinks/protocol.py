@@ -38,14 +38,29 @@ Log = Callable[[str], None]
 
 class Pipeline(Protocol):
     """What a sink reads of a pipeline (eosflow.pipelines.Pipeline is one): named here, not imported, so
-    the declaration's parser can look sinks up without a circle back to it."""
+    the declaration's parser can look sinks up without a circle back to it. Read-only properties, so a
+    frozen dataclass satisfies it."""
 
-    name: str
-    topics: tuple[str, ...]
-    schema: RecordSchema
-    delivery: str
-    max_value_bytes: int
-    transform_version: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topics(self) -> tuple[str, ...]: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def schema(self) -> RecordSchema: ...
+
+    @property
+    def delivery(self) -> str: ...
+
+    @property
+    def max_value_bytes(self) -> int: ...
+
+    @property
+    def transform_version(self) -> str: ...
 
     @property
     def sink(self) -> Sink: ...
@@ -57,8 +72,11 @@ class Pipeline(Protocol):
 class Verdict(Protocol):
     """What a sink's verification found: printed by the CLI and the DAG, kept in eosflow.checks."""
 
-    pipeline: str
-    returncode: int
+    @property
+    def pipeline(self) -> str: ...
+
+    @property
+    def returncode(self) -> int: ...
 
     @property
     def ok(self) -> bool: ...
