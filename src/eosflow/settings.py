@@ -11,9 +11,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from psycopg.conninfo import make_conninfo
+
+if TYPE_CHECKING:
+    from eosflow.schema.avro import RegistryConfig  # imported when used: the settings load first
 
 
 def _project_root() -> Path:
@@ -183,7 +187,7 @@ class Settings:
         return f"http://{self.kafka_host}:{self.registry_port}/apis/ccompat/v7"
 
     @property
-    def registry(self):  # -> eosflow.schema.avro.RegistryConfig | None
+    def registry(self) -> RegistryConfig | None:
         """The schema registry Avro pipelines use: EOSFLOW_SCHEMA_REGISTRY_URL, else the stack's, if any."""
         url = self.schema_registry_url or (self.stack_registry_url if self.registry_port else "")
         if not url:

@@ -43,7 +43,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -340,6 +340,13 @@ def spark_ddl(columns: list[tuple[str, pa.DataType]]) -> str:
     return ", ".join(f"{name} {spark_type(arrow_type)}" for name, arrow_type in columns)
 
 
+class Job(Protocol):
+    """What a RecordSource's map returns: a Spark DataFrame, or an InlineJob (eosflow.sources.kafka.inline);
+    `collect()` runs it and returns its rows (attribute access, as Spark's Row)."""
+
+    def collect(self) -> list[Any]: ...
+
+
 class RecordSource(Protocol):
     """Where a check's records come from: a function run in Spark's tasks over their Arrow batches of
     RECORD_COLUMNS (eosflow.sources.kafka.read.PlannedRead reads the planned ranges, and
@@ -348,7 +355,7 @@ class RecordSource(Protocol):
 
     def map(
         self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str
-    ) -> DataFrame: ...
+    ) -> Job: ...
 
 
 @dataclass(frozen=True)
@@ -362,14 +369,15 @@ class TransformResult:
     source: RecordSource
     check: BatchCheck
 
-    def map_records(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator], ddl: str) -> DataFrame:
+    def map_records(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[Any]], ddl: str) -> Job:
         """What `fn` yields, run in each task over the Arrow batches of its Kafka records (as
         mapInArrow): how a sink writes, in the same pass as the read and the check."""
         return self.source.map(fn, ddl)
 
     @property
     def checked(self) -> DataFrame:
-        return self.map_records(self.check.batches, spark_ddl(self.check.columns))
+        # A Spark source's: the inline source's job is only collected, by the sinks' map_records.
+        return cast("DataFrame", self.map_records(self.check.batches, spark_ddl(self.check.columns)))
 
     @property
     def valid(self) -> DataFrame:

@@ -226,7 +226,7 @@ def run_chunk(
     refuse_backfill(pipeline, kind)
     batch_id = batch_id_for(pipeline.name, run_id, chunk, kind)
 
-    def make_plan(conn, version: int) -> tuple[Plan, str | None]:
+    def make_plan(conn: psycopg.Connection, version: int) -> tuple[Plan, str | None]:
         existing = store.load_plan(conn, batch_id)
         if existing is not None:
             return existing

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -29,10 +30,15 @@ from eosflow.settings import Settings
 from eosflow.sinks.protocol import Run
 from eosflow.sources.kafka.offsets import partition_offsets, topic_id
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from eosflow.transform import TransformResult
+
 Log = Callable[[str], None]
 # How a run gets its SparkSession when its plan is too large to read in process (None: get_spark's,
 # the active session or a new one; the stream passes the one it keeps, started when first needed).
-SparkSource = Callable[[], object]
+SparkSource = Callable[[], "SparkSession"]
 IDLE = "idle"  # nothing to read and nothing to establish: no plan persisted (run(skip_idle=True))
 
 
@@ -59,7 +65,7 @@ def run(
     run_id = run_id or new_run_id()
     batch_id = batch_id_for(pipeline.name, run_id)
 
-    def make_plan(conn, version: int) -> tuple[Plan | None, str | None]:
+    def make_plan(conn: psycopg.Connection, version: int) -> tuple[Plan | None, str | None]:
         return _plan(
             conn,
             settings,
@@ -93,7 +99,11 @@ def prepare(
         pipeline.sink.prepare(conn, settings, pipeline, log)
         version = store.declaration_version(conn, pipeline)
         batch_id = batch_id_for(pipeline.name, run_id)
-        return _plan(conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log)
+        plan, status = _plan(
+            conn, settings, pipeline, run_id, batch_id, None, acknowledge_data_loss, version, log
+        )
+        assert plan is not None  # skip_idle is off: an idle plan is persisted too
+        return plan, status
 
 
 def execute(
@@ -171,7 +181,9 @@ def registry_for(settings: Settings, pipeline: pipelines.Pipeline) -> RegistryCo
     return settings.registry
 
 
-def _refuse_another_declaration(conn, pipeline: pipelines.Pipeline, batch_id: str, version: int) -> None:
+def _refuse_another_declaration(
+    conn: psycopg.Connection, pipeline: pipelines.Pipeline, batch_id: str, version: int
+) -> None:
     """A retry of a batch planned under another declaration: refused, as its rows would differ."""
     existing = store.load_plan(conn, batch_id)
     if existing is None:
@@ -187,7 +199,7 @@ def _refuse_another_declaration(conn, pipeline: pipelines.Pipeline, batch_id: st
 
 
 def _plan(
-    conn,
+    conn: psycopg.Connection,
     settings: Settings,
     pipeline: pipelines.Pipeline,
     run_id: str,
@@ -245,15 +257,16 @@ def _checked_read(
     timer: _Timer,
     phase: str,
     spark_source: SparkSource | None = None,
-):
+) -> Iterator[TransformResult]:
     """Steps 2 and 3 for every sink: each task reads its planned range and checks it, in Spark or, for a
     small plan, in this process (eosflow.sources.kafka.inline); the caller's sink writes it inside this
     block, which times it as `phase` and turns the tasks' errors into ours."""
     from eosflow.sources.kafka.inline import InlineRead, reads_inline
     from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
     from eosflow.spark.worker_errors import raised_in_workers
-    from eosflow.transform import transform
+    from eosflow.transform import RecordSource, transform
 
+    source: RecordSource
     if reads_inline(plan, settings.inline_max_offsets):
         source = InlineRead(settings.kafka, plan)
     else:
@@ -294,7 +307,7 @@ class _Timer:
         self.phases = phases
 
     @contextmanager
-    def __call__(self, name: str):
+    def __call__(self, name: str) -> Iterator[None]:
         started = time.monotonic()
         try:
             yield

@@ -27,7 +27,7 @@ from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
-EXIT = {
+EXIT: dict[type[Exception], int] = {
     FencedError: 3,
     DataLossError: 4,
     ReadDataLossError: 4,
@@ -52,7 +52,7 @@ EXIT = {
     RegistryUnavailableError: 1,
     SinkUnavailableError: 1,
 }
-OUTCOME = {
+OUTCOME: dict[type[Exception], str] = {
     FencedError: "fenced",
     DataLossError: "data loss",
     ReadDataLossError: "data loss",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -24,13 +25,17 @@ from eosflow.kafka_admin import TopicLimits, topic_limits
 from eosflow.ledger import outbox_position as position
 from eosflow.ledger.migrate import migrate
 from eosflow.publishers import Publisher
+from eosflow.rows import one_row
 from eosflow.settings import Settings
 from eosflow.sources import outbox
-from eosflow.sources.outbox import Position
+from eosflow.sources.outbox import OutboxRow, Position
 from eosflow.sources.outbox_format import row_encoder
 
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
+
 Log = Callable[[str], None]
-Encode = Callable[[dict], bytes]  # a row -> its record's value (eosflow.sources.outbox_format)
+Encode = Callable[[OutboxRow], bytes]  # a row -> its record's value (eosflow.sources.outbox_format)
 ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
 # A dead letter's coordinates and reason (the error header is the one the Kafka sink's dead letters carry).
 TABLE_HEADER, ERROR_HEADER = "eosflow-table", "eosflow-error"
@@ -46,12 +51,14 @@ class PositionAheadError(RuntimeError):
     """The publisher's position names a transaction this warehouse has not reached: nothing was published."""
 
 
-def _refuse_a_position_from_the_future(conn, publisher: Publisher, current: Position | None) -> None:
+def _refuse_a_position_from_the_future(
+    conn: psycopg.Connection, publisher: Publisher, current: Position | None
+) -> None:
     """A warehouse restored from a backup rewinds its transaction counter: rows inserted after the restore
     get ids below the stored position and would be passed over, silently, until the counter caught up."""
     if current is None:
         return
-    (next_xid,) = conn.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
+    (next_xid,) = one_row(conn.execute("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
     if current.xid < next_xid:
         return
     reset = (
@@ -190,7 +197,7 @@ def publish(
 
 
 def _one_transaction(
-    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, encode: Encode
+    producer: Producer, publisher: Publisher, rows: list[OutboxRow], limit: TopicLimits, encode: Encode
 ) -> tuple[Position, int]:
     producer.begin_transaction()
     rejected = _produce_rows(producer, publisher, rows, limit, encode)
@@ -203,10 +210,10 @@ def _one_transaction(
 
 
 def _produce_then_store(
-    conn,
-    producer,
+    conn: psycopg.Connection,
+    producer: Producer,
     publisher: Publisher,
-    rows: list[dict],
+    rows: list[OutboxRow],
     limit: TopicLimits,
     failed: _Undelivered,
     encode: Encode,
@@ -233,15 +240,15 @@ class _Undelivered:
     """at_least_once: the first record the broker refused (delivery reports are served by flush)."""
 
     def __init__(self) -> None:
-        self.error = None
+        self.error: KafkaError | None = None
 
-    def record(self, error, _message) -> None:
+    def record(self, error: KafkaError | None, _message: Message) -> None:
         if error is not None and self.error is None:
             self.error = error
 
 
 def _produce_rows(
-    producer, publisher: Publisher, rows: list[dict], limit: TopicLimits, encode: Encode
+    producer: Producer, publisher: Publisher, rows: list[OutboxRow], limit: TopicLimits, encode: Encode
 ) -> int:
     """Each row to the topic, or, if it cannot be published, to the dead-letter topic with the reason
     (in the same transaction; its value as JSON there, whatever the format); returns how many were
@@ -249,6 +256,7 @@ def _produce_rows(
     rejected = 0
     for row in rows:
         key, headers = outbox.row_key(row, publisher), _headers(row, publisher)
+        value: bytes | None
         try:
             value = encode(row)
         except outbox.Unpublishable as exc:
@@ -270,17 +278,24 @@ def _produce_rows(
     return rejected
 
 
-def _headers(row: dict, publisher: Publisher) -> list[tuple[str, bytes]]:
+def _headers(row: OutboxRow, publisher: Publisher) -> list[tuple[str, bytes]]:
     return [
         (ROW_ID_HEADER, outbox.position_of(row, publisher).id.encode()),
         (XID_HEADER, str(row[outbox.XID_COLUMN]).encode()),
     ]
 
 
-def _produce(producer, topic: str, key, value, headers) -> None:
+def _produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None,
+) -> None:
     while True:
         try:
-            producer.produce(topic, value=value, key=key, headers=headers)
+            # list is invariant: confluent-kafka's stub wants (str, str | bytes | None) pairs, ours are bytes
+            producer.produce(topic, value=value, key=key, headers=headers)  # type: ignore[arg-type]
             return
         except BufferError:
             producer.poll(0.1)
@@ -294,7 +309,9 @@ class _Waiting:
     def __init__(self, every_s: float) -> None:
         self.every_s, self.said = every_s, -float("inf")
 
-    def check(self, conn, publisher: Publisher, current: Position | None, log: Log) -> None:
+    def check(
+        self, conn: psycopg.Connection, publisher: Publisher, current: Position | None, log: Log
+    ) -> None:
         if time.monotonic() - self.said < self.every_s:
             return
         held = outbox.held_back(conn, publisher, current)

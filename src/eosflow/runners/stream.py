@@ -19,9 +19,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -32,6 +33,9 @@ from eosflow.runners import job
 from eosflow.runners.stream_status import BatchFigures, StreamStatus
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Log = Callable[[str], None]
 MAX_BACKOFF_S = 30.0
@@ -73,9 +77,9 @@ def stream(
     stop = stop or threading.Event()
     pipeline = pipelines.load(settings, pipeline_name)
     prefix, status = run_id_prefix(), StreamStatus(window=options.status_every)
-    session: list = []  # the stream's one SparkSession, once a batch needed it
+    session: list[SparkSession] = []  # the stream's one SparkSession, once a batch needed it
 
-    def spark():
+    def spark() -> SparkSession:
         """One JVM for the stream's life, started by the first batch past EOSFLOW_INLINE_MAX_OFFSETS: it
         keeps what its JIT compiles, unlike a batch run's JVM, and a bounded history of its jobs (Spark's
         default, 1,000 jobs and SQL executions with their tasks, is a quarter hour of one-second batches
@@ -175,12 +179,12 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def _warm_up(spark, pipeline: pipelines.Pipeline) -> None:
+def _warm_up(spark: SparkSession, pipeline: pipelines.Pipeline) -> None:
     """Start the Python workers and import what a batch's tasks import, before the first batch: its
     records would otherwise wait for it (the first batch took 6.7 s of a 1 s trigger's budget)."""
     modules = ("eosflow.transform", *pipeline.sink.task_modules)
 
-    def import_task_modules(batches):
+    def import_task_modules(batches: Iterator[Any]) -> Iterator[Any]:
         import importlib
 
         for name in modules:

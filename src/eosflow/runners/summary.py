@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from eosflow.ledger.positions import PartitionCounts
-from eosflow.ledger.ranges import Plan
+from eosflow.ledger.ranges import PartitionPlan, Plan
 
 _NUM = 12  # wide enough for offsets and counts in the hundreds of millions, with separators
 
@@ -16,7 +17,7 @@ class RunSummary:
     batch_id: str
     outcome: str = "failed"
     plan: Plan | None = None
-    counts: dict[tuple[str, int], PartitionCounts] = field(default_factory=dict)
+    counts: Mapping[tuple[str, int], PartitionCounts] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step
     within: dict[str, float] = field(default_factory=dict)  # seconds of parts of a step (not in the total)
     reused_plan: bool = False
@@ -48,7 +49,7 @@ class RunSummary:
             )
         return "\n".join(lines)
 
-    def _row(self, part) -> str:
+    def _row(self, part: PartitionPlan) -> str:
         r = part.range
         c = self.counts.get((r.topic, r.partition))
         counts = (c.read, c.written, c.rejected) if c else ("-", "-", "-")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -34,8 +35,11 @@ from psycopg.types.string import TextLoader
 
 from eosflow.pipelines import PipelineConfigError
 from eosflow.publishers import Publisher
+from eosflow.rows import one_row
 from eosflow.schema.arrow import json_text
 
+# An outbox row as psycopg's dict_row reads it: its columns by name, the publisher's own table's.
+OutboxRow = dict[str, Any]
 XID_COLUMN = "eosflow_xid"
 
 
@@ -122,7 +126,7 @@ def _record(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str],
     """Record which table is this publisher's outbox: the view's read-only role counts its waiting rows
     through eosflow.outbox_waiting, which looks the table up here (the reader names a publisher, and may
     read no outbox)."""
-    if conn.execute("select to_regclass('eosflow.publishers') is null").fetchone()[0]:
+    if one_row(conn.execute("select to_regclass('eosflow.publishers') is null"))[0]:
         log(
             f"publisher {publisher.name}: eosflow's migrations have not run on this warehouse: the view "
             "cannot count its waiting rows until they have (`eosflow publish` applies them)"
@@ -142,12 +146,14 @@ def _record(conn: psycopg.Connection, publisher: Publisher, log: Callable[[str],
 def _refuse_an_id_that_can_repeat(conn: psycopg.Connection, publisher: Publisher) -> None:
     """The position is (transaction id, id): a NULL id cannot be compared, and two rows of one id in one
     transaction would leave the second behind. Refused before anything is published."""
-    not_null, unique = conn.execute(
-        "select a.attnotnull, exists (select 1 from pg_index i where i.indrelid = a.attrelid "
-        "and i.indisunique and i.indnkeyatts = 1 and i.indkey[0] = a.attnum and i.indpred is null) "
-        "from pg_attribute a where a.attrelid = to_regclass(%s) and a.attname = %s",
-        (publisher.table, publisher.id_column),
-    ).fetchone()
+    not_null, unique = one_row(
+        conn.execute(
+            "select a.attnotnull, exists (select 1 from pg_index i where i.indrelid = a.attrelid "
+            "and i.indisunique and i.indnkeyatts = 1 and i.indkey[0] = a.attnum and i.indpred is null) "
+            "from pg_attribute a where a.attrelid = to_regclass(%s) and a.attname = %s",
+            (publisher.table, publisher.id_column),
+        )
+    )
     if not_null and unique:
         return
     table, column = sql.Identifier(*publisher.table.split(".")), sql.Identifier(publisher.id_column)
@@ -166,7 +172,7 @@ def _refuse_an_id_that_can_repeat(conn: psycopg.Connection, publisher: Publisher
 
 def committed_after(
     conn: psycopg.Connection, publisher: Publisher, id_type: str, after: Position | None, limit: int
-) -> list[dict]:
+) -> list[OutboxRow]:
     """Up to `limit` rows after `after`, every one from a transaction below this snapshot's xmin."""
     schema, table = publisher.table.split(".")
     query = sql.SQL(
@@ -195,11 +201,13 @@ def committed_after(
 
 def has_position_column(conn: psycopg.Connection, publisher: Publisher) -> bool:
     """Whether the outbox has its position column yet (a publisher's first run adds it)."""
-    (found,) = conn.execute(
-        "select exists (select 1 from pg_attribute where attrelid = to_regclass(%s) and attname = %s "
-        "and not attisdropped)",
-        (publisher.table, XID_COLUMN),
-    ).fetchone()
+    (found,) = one_row(
+        conn.execute(
+            "select exists (select 1 from pg_attribute where attrelid = to_regclass(%s) and attname = %s "
+            "and not attisdropped)",
+            (publisher.table, XID_COLUMN),
+        )
+    )
     return found
 
 
@@ -213,7 +221,7 @@ def held_back(conn: psycopg.Connection, publisher: Publisher, after: Position | 
         xid=sql.Identifier(XID_COLUMN),
         after=sql.SQL("and t.{} > %s::xid8").format(sql.Identifier(XID_COLUMN)) if after else sql.SQL(""),
     )
-    return conn.execute(query, (str(after.xid),) if after else ()).fetchone()[0]
+    return one_row(conn.execute(query, (str(after.xid),) if after else ()))[0]
 
 
 def blocking_transactions(conn: psycopg.Connection, shown: int = 5) -> list[str]:
@@ -235,7 +243,7 @@ def blocking_transactions(conn: psycopg.Connection, shown: int = 5) -> list[str]
     ] + [f"prepared transaction {gid!r} (database {db}, prepared {age}s ago)" for gid, db, age in prepared]
 
 
-def position_of(row: dict, publisher: Publisher) -> Position:
+def position_of(row: OutboxRow, publisher: Publisher) -> Position:
     return Position(int(row[XID_COLUMN]), as_text(row[publisher.id_column]))
 
 
@@ -243,7 +251,7 @@ class Unpublishable(ValueError):
     """A row holds a value JSON cannot carry; the message says which column and why."""
 
 
-def row_value(row: dict) -> bytes:
+def row_value(row: OutboxRow) -> bytes:
     """A row as one JSON object, without the position column; Unpublishable for a NaN or infinity."""
     for column, value in row.items():
         if _not_a_json_number(value):
@@ -251,14 +259,14 @@ def row_value(row: dict) -> bytes:
     return json_text({k: plain_value(v) for k, v in row.items() if k != XID_COLUMN}).encode()
 
 
-def rejected_value(row: dict) -> bytes:
+def rejected_value(row: OutboxRow) -> bytes:
     """An unpublishable row as JSON all the same, its NaN and infinities as text, for the dead letter."""
     return json_text(
         {k: str(v) if _not_a_json_number(v) else plain_value(v) for k, v in row.items() if k != XID_COLUMN}
     ).encode()
 
 
-def row_key(row: dict, publisher: Publisher) -> bytes | None:
+def row_key(row: OutboxRow, publisher: Publisher) -> bytes | None:
     if publisher.key_column is None or row[publisher.key_column] is None:
         return None
     return as_text(row[publisher.key_column]).encode()

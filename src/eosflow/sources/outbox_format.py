@@ -73,7 +73,7 @@ def outbox_schema(conn: psycopg.Connection, publisher: Publisher) -> RecordSchem
 
 def row_encoder(
     conn: psycopg.Connection, settings: Settings, publisher: Publisher
-) -> Callable[[dict], bytes]:
+) -> Callable[[outbox.OutboxRow], bytes]:
     """How the publisher writes a row's value: JSON (outbox.row_value), or the outbox's columns as a
     registered Avro or Protobuf schema. Refused before anything is published without a registry."""
     if publisher.format == "json":
@@ -93,7 +93,7 @@ def row_encoder(
     encode = register_output(settings.registry, publisher.name, schema, publisher.topic)
     convert = [(c.name, _converter(c)) for c in schema.columns]
 
-    def encoded(row: dict) -> bytes:
+    def encoded(row: outbox.OutboxRow) -> bytes:
         typed = [None if (v := row[name]) is None else to(name, v) for name, to in convert]
         try:
             return encode(typed)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from eosflow.runtime import jars
 from eosflow.settings import Settings
 from eosflow.spark import cds
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # A run's JVM lives for one batch, so it pays for its JIT compiler and keeps little of what it bought:
 # the C2 compiler spent 8-10 CPU-seconds of a 500k-record run on two cores compiling code the run
@@ -38,7 +42,7 @@ def get_spark(
     class_archive: str | None = None,
     jit: str = JVM_OPTIONS,
     extra: dict[str, str] | None = None,
-):
+) -> SparkSession:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from eosflow.kafka_client import KafkaConfig, client_config
 from eosflow.ledger.ranges import Plan
@@ -36,7 +37,7 @@ class InlineRead:
         )
         self.stall_s = stall_s
 
-    def map(self, fn: Callable[[Iterator], Iterator], ddl: str) -> InlineJob:
+    def map(self, fn: Callable[[Iterator[Any]], Iterator[Any]], ddl: str) -> InlineJob:
         """What `fn` yields over each range's records, run when collected (as a Spark job would be).
 
         `ddl` is the Spark schema of what `fn` yields; here the batches carry their own."""
