@@ -24,8 +24,8 @@ import psycopg
 
 from eosflow.ledger import store
 from eosflow.ledger.mirror import LedgerBehindError
-from eosflow.pipelines import Pipeline
 from eosflow.sinks.kafka import ledger_mirror
+from eosflow.sinks.kafka.output import output_of
 from eosflow.sinks.kafka.produce import (
     SOURCE_OFFSET,
     SOURCE_PARTITION,
@@ -34,6 +34,7 @@ from eosflow.sinks.kafka.produce import (
     group_id,
     transactional_id,
 )
+from eosflow.sinks.protocol import Pipeline
 from eosflow.sources.kafka.offsets import TopicMissingError, topic_id
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
@@ -111,7 +112,7 @@ def _produced_beyond(
     """Source offsets >= position of (topic, partition) named by the output's records since `since`."""
     from confluent_kafka import Consumer, TopicPartition
 
-    sink = pipeline.sink
+    sink = output_of(pipeline)
     outputs = [sink.output_topic, sink.dead_letter_topic]
     wanted = [
         TopicPartition(t, p, int((since - LOOKBACK).timestamp() * 1000) if since else -2)

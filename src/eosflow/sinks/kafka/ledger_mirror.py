@@ -14,8 +14,8 @@ import psycopg
 from eosflow.ledger import mirror as ledger_mirror
 from eosflow.ledger.mirror import RangeOutcome, SinkCommitted
 from eosflow.ledger.ranges import Plan
-from eosflow.pipelines import Pipeline
 from eosflow.sinks.kafka.produce import committed, group_id, parse_metadata
+from eosflow.sinks.protocol import Pipeline
 
 Key = tuple[str, int]
 _TIMEOUT_S = 30.0

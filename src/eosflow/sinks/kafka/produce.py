@@ -25,7 +25,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -34,22 +34,14 @@ from eosflow.kafka_admin import PRODUCER_MAX_BYTES, TopicLimits, topic_limits
 from eosflow.ledger.mirror import FENCED, TIMED_OUT, RangeOutcome
 from eosflow.ledger.positions import ALREADY_COMMITTED, COMMITTED, expected_position
 from eosflow.ledger.ranges import PartitionPlan, Plan
-from eosflow.pipelines import Pipeline
 from eosflow.schema.arrow import json_text
 from eosflow.sinks.kafka.json_out import json_value, plain
+from eosflow.sinks.kafka.output import Output, output_of
+from eosflow.sinks.protocol import Pipeline
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:
     from eosflow.transform import BatchCheck, TransformResult
-
-
-class Output(Protocol):
-    """What a range's transaction needs of the sink's declaration (sink.KafkaSink has it)."""
-
-    output_topic: str
-    dead_letter_topic: str
-    key_column: str | None
-    transaction_timeout_ms: int
 
 
 SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
@@ -211,7 +203,7 @@ class RangeTransaction:
         extra: headers after the source coordinates; partition: the output partition (a change stream's,
         the source partition's number), only for `topic` as asked (a dead letter goes where Kafka puts it).
         """
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             (SOURCE_TOPIC, self.source[0]),
             (SOURCE_PARTITION, self.source[1]),
             (SOURCE_OFFSET, str(offset).encode()),
@@ -244,8 +236,14 @@ class RangeTransaction:
         report = None if self.transactional else functools.partial(self.delivered, topic)
         while True:
             try:
+                # **where: mypy cannot match a dict's keys to the keywords
                 self.producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=report, **where
+                    topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    on_delivery=report,
+                    **where,  # type: ignore[arg-type]
                 )
                 return as_asked
             except BufferError:  # the local queue is full: let deliveries drain, then retry
@@ -282,7 +280,11 @@ class RangeTransaction:
         from confluent_kafka import TopicPartition
 
         r = self.part.range
-        if self.read and (self.lo < r.start or self.hi >= r.end or self.read > r.span):
+        outside = False
+        if self.read:
+            assert self.lo is not None and self.hi is not None  # count() set them with the first offsets
+            outside = self.lo < r.start or self.hi >= r.end or self.read > r.span
+        if outside:
             if self.transactional:
                 self.producer.abort_transaction(_TIMEOUT_S)
             raise ReadOutsidePlanError(
@@ -384,7 +386,7 @@ def range_producer(
     encode: a valid record's typed columns -> the output value (default: JSON; Avro: schema.avro_out).
     """
     parts = {(p.range.topic, p.range.partition): p for p in plan.partitions}
-    sink, name, delivery, batch_id = pipeline.sink, pipeline.name, pipeline.delivery, plan.batch_id
+    sink, name, delivery, batch_id = output_of(pipeline), pipeline.name, pipeline.delivery, plan.batch_id
     names = [c.name for c in pipeline.schema.columns]
     image_encode = encode  # a change stream's values are its row images (None: JSON of them)
     encode = encode or functools.partial(json_value, names)
@@ -424,6 +426,7 @@ def range_producer(
                 written = 0
                 for i, (error, typed) in enumerate(results):
                     if error is None:
+                        assert typed is not None  # a record that passed has its typed columns
                         k = keys[i] if key_index is None else output_key(typed[key_index])
                         written += txn.produce(sink.output_topic, k, encode(typed), offsets[i])
                     else:
@@ -461,7 +464,7 @@ def change_state(pipeline: Pipeline, encode: Callable[[Sequence[object]], bytes]
     from eosflow.sinks.kafka.state import PartitionState, avro_image
 
     decode = functools.partial(avro_image, encode) if isinstance(encode, AvroOutput) else None
-    return PartitionState(pipeline.schema, encode, pipeline.sink.output_format, decode)
+    return PartitionState(pipeline.schema, encode, output_of(pipeline).output_format, decode)
 
 
 def restore_state(kafka: Mapping[str, str], topic: str, partition: int, state) -> None:
@@ -525,7 +528,7 @@ def offsets_only(
 ) -> RangeOutcome:
     """A range that delivered no record (only aborted records or markers, a first empty range, an
     acknowledged loss): its offsets alone, in a transaction of the same id, so the position moves."""
-    txn = RangeTransaction(kafka, pipeline.name, pipeline.delivery, pipeline.sink, part, batch_id)
+    txn = RangeTransaction(kafka, pipeline.name, pipeline.delivery, output_of(pipeline), part, batch_id)
     try:
         outcome, why = txn.open()
         return txn.outcome(outcome, why) if outcome is not None else txn.commit()
@@ -541,7 +544,8 @@ def produce_plan(
     encode: Callable[[Sequence[object]], bytes] | None = None,
 ) -> dict[tuple[str, int], RangeOutcome]:
     """Run every planned range's transaction: in the Spark tasks, then the record-less ones here."""
-    limit = topic_limits(kafka, [pipeline.sink.output_topic, pipeline.sink.dead_letter_topic])
+    sink = output_of(pipeline)
+    limit = topic_limits(kafka, [sink.output_topic, sink.dead_letter_topic])
     producer = range_producer(kafka, pipeline, plan, result.check, encode, limit)
     rows = result.map_records(producer, OUTCOME_SCHEMA).collect()
     outcomes = {

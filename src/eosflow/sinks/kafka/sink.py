@@ -10,19 +10,23 @@ per key before producing (state.py, restore.py), and verify checks each key's la
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import psycopg
 
 from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
-from eosflow.pipelines import Pipeline, whole_number
+from eosflow.pipelines import whole_number
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
-from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
+
+if TYPE_CHECKING:
+    from eosflow.ledger.mirror import RangeOutcome
+    from eosflow.ledger.positions import Key
 
 OUTPUT_FORMATS = ("json", "avro", "protobuf")
 # A day: an open transaction holds back every read_committed consumer of its partitions that long; the
@@ -152,28 +156,32 @@ class KafkaSink(Sink):
         )
         return outcomes
 
-    def _encoder(self, settings: Settings, pipeline: Pipeline):
+    def _encoder(self, settings: Settings, pipeline: Pipeline) -> Callable[[Sequence[object]], bytes] | None:
         """None for JSON; else the declared columns' schema, registered under <output_topic>-value, and
         its encoder (eosflow.schema.avro_out, eosflow.schema.protobuf_out)."""
         if self.output_format == "json":
             return None
-        if self.output_format == "avro":
-            from eosflow.schema.avro_out import register_output
-        else:
-            from eosflow.schema.protobuf_out import register_output
         schema = pipeline.schema
         if schema.changes is not None:  # the values are row images: the declared columns alone
             from eosflow.sinks.kafka.state import image_schema
 
             schema = image_schema(schema)
-        return register_output(settings.registry, pipeline.name, schema, self.output_topic)
+        registry = settings.registry
+        assert registry is not None  # prepare refused a non-JSON output without a registry
+        if self.output_format == "avro":
+            from eosflow.schema.avro_out import register_output as register_avro
+
+            return register_avro(registry, pipeline.name, schema, self.output_topic)
+        from eosflow.schema.protobuf_out import register_output as register_protobuf
+
+        return register_protobuf(registry, pipeline.name, schema, self.output_topic)
 
     def commit(self, conn: psycopg.Connection, run: Run, written: object):
         from eosflow.sinks.kafka import ledger_mirror
 
         fault_point("in_commit")  # committed in Kafka, not yet mirrored in the ledger
         with run.time("ledger mirror"):
-            return ledger_mirror.mirror(conn, run.plan, written)
+            return ledger_mirror.mirror(conn, run.plan, cast("dict[Key, RangeOutcome]", written))  # write's
 
     def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
         """A replay re-writes committed records; into a topic that is a second copy for every consumer."""

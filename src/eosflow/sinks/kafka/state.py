@@ -222,8 +222,10 @@ class PartitionState:
             # A delete keeps the image of the row it deleted: a move's create takes its values. A delete of
             # a key already deleted keeps none: the row it deleted (a create this partition rejected, or
             # never held) is not the one before the first delete, and the source no longer holds that.
-            live = held is not None and held.value is not None
-            image, kept = (held.image, held.typed) if live else (None, None)
+            if held is not None and held.value is not None:
+                image, kept = held.image, held.typed
+            else:
+                image, kept = None, None
         else:
             image, kept = record.value, record.typed
         self.keys[record.key] = Held(record.position, record.value, image, kept)
@@ -254,6 +256,7 @@ class PartitionState:
                     "topic to take their values from. Set REPLICA IDENTITY FULL on the source table so "
                     "Debezium sends them"
                 )
+        assert source.image is not None  # a key whose last record is a value holds it as its image
         index = {n: i for i, n in enumerate(self.names)}
         typed = source.typed  # produced by this run: typed at hand, for every output format
         if typed is None and self.output_format != "json":
@@ -298,6 +301,7 @@ def avro_image(output, value: bytes) -> list | None:
     if len(value) < 5 or value[0] != 0 or int.from_bytes(value[1:5], "big") != output.schema_id:
         return None
     record = fastavro.schemaless_reader(io.BytesIO(value[5:]), output._parsed, None)
+    assert isinstance(record, dict)  # a record schema reads a dict
     # jsonb travels as its JSON text; the encoder writes the value it holds as JSON text again.
     return [
         json.loads(v, parse_float=Decimal) if n in output.jsonb and v is not None else v

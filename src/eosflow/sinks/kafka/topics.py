@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from eosflow.kafka_admin import create_topics, topic_limits
-from eosflow.pipelines import Pipeline, PipelineConfigError
+from eosflow.pipelines import PipelineConfigError
+from eosflow.sinks.kafka.output import output_of
+from eosflow.sinks.protocol import Pipeline
 
 _TIMEOUT_S = 30.0
 
@@ -24,7 +26,7 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     metadata = client.list_topics(timeout=_TIMEOUT_S)
     source = metadata.topics.get(pipeline.topic)
     partitions = len(source.partitions) if source is not None and source.partitions else 1
-    sink = pipeline.sink
+    sink = output_of(pipeline)
     changes = pipeline.schema.changes is not None
     if changes and source is None:
         # Not before the source exists (Debezium makes it with its first change): the state topic needs its
@@ -87,7 +89,7 @@ def refuse_unfit_state_topic(
 ) -> None:
     """Before anything is written: the output topic compacts (else it keeps every change forever and is
     no state), and has a partition for every source partition (a change goes to its source's number)."""
-    topic = pipeline.sink.output_topic
+    topic = output_of(pipeline).output_topic
     if not compacted:
         raise StateTopicError(
             f"pipeline {pipeline.name!r} keeps a change stream's state in {topic}, which does not compact "
@@ -111,7 +113,7 @@ def check_transaction_timeout(client, pipeline: Pipeline) -> None:
 
     brokers = client.list_topics(timeout=_TIMEOUT_S).brokers
     resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in sorted(brokers)]
-    wanted = pipeline.sink.transaction_timeout_ms
+    wanted = output_of(pipeline).transaction_timeout_ms
     for resource, future in client.describe_configs(resources).items():
         entry = future.result(timeout=_TIMEOUT_S).get("transaction.max.timeout.ms")
         if entry is not None and entry.value is not None and wanted > int(entry.value):

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from eosflow.pipelines import Pipeline
+from eosflow.sinks.kafka.output import output_of
 from eosflow.sinks.kafka.produce import transactional_id
+from eosflow.sinks.protocol import Pipeline
 
 _TIMEOUT_S = 30.0
 
@@ -40,7 +41,7 @@ def held_back(kafka: Mapping[str, str], pipeline: Pipeline) -> list[HeldBack]:
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     client = AdminClient(dict(kafka))
-    sink = pipeline.sink
+    sink = output_of(pipeline)
     topics = client.list_topics(timeout=_TIMEOUT_S).topics
     wanted = [
         TopicPartition(t, p)

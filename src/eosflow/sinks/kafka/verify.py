@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from eosflow.pipelines import Pipeline
+from eosflow.rows import one_row
 from eosflow.settings import Settings
+from eosflow.sinks.kafka.output import output_of
 from eosflow.sinks.kafka.produce import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
+from eosflow.sinks.protocol import Pipeline
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
 Coordinates = tuple[str, int, int]  # (source topic, partition, offset)
@@ -65,7 +67,7 @@ class KafkaVerifyResult:
 
 
 def verify_kafka_sink(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
-    sink = pipeline.sink
+    sink = output_of(pipeline)
     ranges, written, rejected = committed(settings, pipeline)
     source = set(_source_records(settings.kafka, ranges))
     output = Counter(_named_sources(settings.kafka, sink.output_topic))
@@ -108,11 +110,13 @@ def committed(settings: Settings, pipeline: Pipeline) -> tuple[list[tuple], int,
             "where pipeline = %s and kind = 'data' and end_offset > start_offset order by 1, 2, 3",
             (pipeline.name,),
         ).fetchall()
-        written, rejected = conn.execute(
-            "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
-            "where pipeline = %s and kind = 'data'",
-            (pipeline.name,),
-        ).fetchone()
+        written, rejected = one_row(
+            conn.execute(
+                "select coalesce(sum(rows_written), 0), coalesce(sum(rows_rejected), 0) from eosflow.ledger "
+                "where pipeline = %s and kind = 'data'",
+                (pipeline.name,),
+            )
+        )
     return ranges, written, rejected
 
 

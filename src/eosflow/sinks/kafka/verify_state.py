@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from eosflow.pipelines import Pipeline
 from eosflow.schema.changes import TOMBSTONE, ChangeCheck
 from eosflow.settings import Settings
+from eosflow.sinks.kafka.output import output_of
 from eosflow.sinks.kafka.produce import SOURCE_OFFSET, SOURCE_PARTITION, SOURCE_TOPIC
 from eosflow.sinks.kafka.state import (
     OP_HEADER,
@@ -42,6 +42,7 @@ from eosflow.sinks.kafka.verify import (
     committed,
     once_and_nothing_else,
 )
+from eosflow.sinks.protocol import Pipeline
 from eosflow.sources.kafka.range_read import headers_json
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 
@@ -71,7 +72,7 @@ class Last:
 
 
 def verify_state_topic(settings: Settings, pipeline: Pipeline) -> KafkaVerifyResult:
-    sink = pipeline.sink
+    sink = output_of(pipeline)
     ranges, written, rejected = committed(settings, pipeline)
     state = PartitionState(pipeline.schema)  # for its key encoding and JSON images only
     check = ChangeCheck(pipeline.schema, pipeline.max_value_bytes, settings.registry)
@@ -108,6 +109,7 @@ def verify_state_topic(settings: Settings, pipeline: Pipeline) -> KafkaVerifyRes
         error, typed = check(m.key(), m.value(), headers_json(headers) if headers else None)
         if error is not None or coordinates in dead:
             continue
+        assert typed is not None  # a change that passed has its typed columns
         image, (op, lsn, _ts, unchanged, _old) = typed[: state.width], typed[state.width : state.width + 5]
         if op == TOMBSTONE:
             tombstones.add(coordinates)
@@ -139,7 +141,7 @@ def verify_state_topic(settings: Settings, pipeline: Pipeline) -> KafkaVerifyRes
     log_start = _log_starts(settings.kafka, {t for t, *_ in ranges})
     expired = {k for k in found if k not in source_records and _expired(k, ranges, log_start)}
     foreign = sorted(k for k in found if k not in source_records and k not in expired)
-    wrong = _wrong_last_records(expected, last, state, pipeline.sink.output_format == "json", expired)
+    wrong = _wrong_last_records(expected, last, state, sink.output_format == "json", expired)
     # Retention deleted part of a committed range: its records cannot be counted from the source.
     shortened = any(start < log_start.get((t, p), 0) for t, p, start, _ in ranges)
     name = sink.output_topic
