@@ -19,6 +19,7 @@ from psycopg import sql
 
 from eosflow.pipelines import Pipeline
 from eosflow.publishers import Publisher
+from eosflow.rows import one_row
 from eosflow.runners.publisher import ROW_ID_HEADER
 from eosflow.settings import Settings
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
@@ -86,7 +87,7 @@ def check(settings: Settings, publisher: Publisher, pipeline: Pipeline) -> Round
         "(select count(*) from (select * from got except all select * from sent) u)"
     ).format(cols=cols, sent=sent, got=got, key=key)
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        rows, arrived, arrived_repeated, missing, unexpected = conn.execute(query).fetchone()
+        rows, arrived, arrived_repeated, missing, unexpected = one_row(conn.execute(query))
     return RoundTripResult(
         publisher.table,
         publisher.topic,

@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from eosflow.rows import one_row
 from eosflow.settings import Settings
 
 if TYPE_CHECKING:
@@ -293,7 +294,7 @@ def record(settings: Settings, result: Verdict) -> None:
         rows = [("dbt", None, "error", 0, "[]", f"dbt did not run (exit {result.returncode})")]
     migrate(settings.warehouse_dsn, log=lambda m: None)
     with psycopg.connect(settings.warehouse_dsn) as conn:
-        (now,) = conn.execute("select clock_timestamp()").fetchone()
+        (now,) = one_row(conn.execute("select clock_timestamp()"))
         with conn.cursor() as cur:
             cur.executemany(
                 "insert into eosflow.checks (pipeline, checked_at, name, invariant, status, failures, rows, "

@@ -18,6 +18,7 @@ import psycopg
 
 from eosflow import pipelines
 from eosflow.ledger import store
+from eosflow.rows import one_row
 from eosflow.settings import Settings, ingest_interval
 from eosflow.sources.kafka.offsets import partition_offsets
 
@@ -97,11 +98,12 @@ def check(
                 lag += max(0, offsets.stable_end - (position if position is not None else offsets.log_start))
         # A stream's health is its own batches': a backfill committing beside a dead stream is no sign
         # of life. A batch pipeline's is any commit's.
-        (age,) = conn.execute(
+        last_commit = conn.execute(
             "select extract(epoch from coalesce(%s, now()) - max(committed_at))::float8 from eosflow.plans "
             "where pipeline = %s and status = 'committed' and (%s or run_id like %s)",
             (now, pipeline.name, pipeline.mode != "stream", STREAM_RUNS),
-        ).fetchone()
+        )
+        (age,) = one_row(last_commit)
     return PipelineHealth(pipeline.name, lag, age, stale_after_s, pipeline.mode)
 
 

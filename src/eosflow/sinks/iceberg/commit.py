@@ -147,13 +147,15 @@ def commit_replay(
 
 def in_range(r: OffsetRange):
     """The rows of a range, as an Iceberg filter."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+    from pyiceberg.expressions import And
+
+    from eosflow.sinks.iceberg.predicates import equal_to, greater_than_or_equal, less_than
 
     return And(
-        EqualTo("kafka_topic", r.topic),
-        EqualTo("kafka_partition", r.partition),
-        GreaterThanOrEqual("kafka_offset", r.start),
-        LessThan("kafka_offset", r.end),
+        equal_to("kafka_topic", r.topic),
+        equal_to("kafka_partition", r.partition),
+        greater_than_or_equal("kafka_offset", r.start),
+        less_than("kafka_offset", r.end),
     )
 
 

@@ -19,10 +19,10 @@ import psycopg
 from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
-from eosflow.pipelines import Pipeline
+from eosflow.rows import one_row
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
-from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
 
 
 @dataclass(frozen=True)
@@ -180,11 +180,13 @@ class IcebergSink(Sink):
 
         def count(r) -> int:
             rows = table.scan(row_filter=in_range(r), selected_fields=("kafka_offset",)).to_arrow().num_rows
-            (rejected,) = conn.execute(
-                "select count(*) from eosflow.rejected where pipeline = %s and kafka_topic = %s "
-                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
-                (run.pipeline.name, r.topic, r.partition, r.start, r.end),
-            ).fetchone()
+            (rejected,) = one_row(
+                conn.execute(
+                    "select count(*) from eosflow.rejected where pipeline = %s and kafka_topic = %s "
+                    "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s",
+                    (run.pipeline.name, r.topic, r.partition, r.start, r.end),
+                )
+            )
             return rows + rejected
 
         return count

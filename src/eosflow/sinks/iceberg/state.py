@@ -387,10 +387,12 @@ def _held(table, touched: pa.Table, old_keys: list[dict], key: list[str], wanted
 
 def _bounds(keys: pa.Table, key: list[str]):
     """The range of the keys' first column, as an Iceberg filter (what prunes files by their bounds)."""
-    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThanOrEqual
+    from pyiceberg.expressions import And
+
+    from eosflow.sinks.iceberg.predicates import greater_than_or_equal, less_than_or_equal
 
     low, high = pc.min_max(keys[key[0]]).values()
-    return And(GreaterThanOrEqual(key[0], low.as_py()), LessThanOrEqual(key[0], high.as_py()))
+    return And(greater_than_or_equal(key[0], low.as_py()), less_than_or_equal(key[0], high.as_py()))
 
 
 def _match(keys: pa.Table, key: list[str]):
@@ -430,20 +432,22 @@ def _truncate(table, changes: pa.Table) -> tuple[tuple[int, int, int] | None, bo
 
 def _older_than(place: tuple[int, int, int]):
     """The rows whose change comes before `place`, as an Iceberg filter."""
-    from pyiceberg.expressions import And, EqualTo, IsNull, LessThan, Or
+    from pyiceberg.expressions import And, Or
+
+    from eosflow.sinks.iceberg.predicates import equal_to, is_null, less_than
 
     lsn, partition, offset = place
-    same_lsn = IsNull("change_lsn") if lsn == -1 else EqualTo("change_lsn", lsn)
+    same_lsn = is_null("change_lsn") if lsn == -1 else equal_to("change_lsn", lsn)
     earlier_in_lsn = And(
         same_lsn,
         Or(
-            LessThan("kafka_partition", partition),
-            And(EqualTo("kafka_partition", partition), LessThan("kafka_offset", offset)),
+            less_than("kafka_partition", partition),
+            And(equal_to("kafka_partition", partition), less_than("kafka_offset", offset)),
         ),
     )
     if lsn == -1:
         return earlier_in_lsn
-    return Or(Or(IsNull("change_lsn"), LessThan("change_lsn", lsn)), earlier_in_lsn)
+    return Or(Or(is_null("change_lsn"), less_than("change_lsn", lsn)), earlier_in_lsn)
 
 
 def _truncated_marks(table, truncate, applied_keys: pa.Table, key: list[str], wanted: pa.Schema) -> pa.Table:

@@ -25,8 +25,8 @@ import io
 import psycopg
 from psycopg import sql
 
-from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings
+from eosflow.sinks.protocol import Pipeline
 from eosflow.verify import CheckResult, VerifyResult, run_dbt
 
 SCHEMA = "eosflow_iceberg"

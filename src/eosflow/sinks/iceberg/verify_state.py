@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psycopg
 
-from eosflow.pipelines import Pipeline
 from eosflow.schema.changes import TOMBSTONE, ChangeCheck, declared
 from eosflow.settings import Settings
+from eosflow.sinks.protocol import Pipeline
 from eosflow.verify import CheckResult, VerifyResult
 
 SHOWN = 5

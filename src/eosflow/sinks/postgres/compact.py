@@ -24,6 +24,7 @@ from itertools import groupby
 import psycopg
 from psycopg import sql
 
+from eosflow.rows import one_row
 from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.partitions import Child
 
@@ -139,7 +140,7 @@ def child_rows(conn: psycopg.Connection, children: list[Child]) -> dict[str, int
     counts = {}
     for child in children:
         if child.rows is None:
-            (n,) = conn.execute(sql.SQL("select count(*) from {}").format(_ident(child.table))).fetchone()
+            (n,) = one_row(conn.execute(sql.SQL("select count(*) from {}").format(_ident(child.table))))
             counts[child.table] = n
         else:
             counts[child.table] = child.rows

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from eosflow.pipelines import Pipeline
+from eosflow.sinks.protocol import Pipeline
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from eosflow.rows import one_row
 from eosflow.schema import ddl
 from eosflow.sinks.postgres import partitions
 
@@ -85,7 +86,7 @@ def repartition(conn: psycopg.Connection, pipeline, log: Callable[[str], None] =
             conn.execute(partitions.attach(target, child, topic, partition, start, end))
             moved += n
             log(f"{topic}[{partition}] [{start}, {end}): {n:,} rows")
-        (total,) = conn.execute(sql.SQL("select count(*) from {}").format(old)).fetchone()
+        (total,) = one_row(conn.execute(sql.SQL("select count(*) from {}").format(old)))
         if total != moved:
             raise RepartitionError(
                 f"{target} holds {total - moved:,} row(s) outside the ranges its ledger says are committed "

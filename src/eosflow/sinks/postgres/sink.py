@@ -19,10 +19,9 @@ from eosflow import names
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
-from eosflow.pipelines import Pipeline
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
-from eosflow.sinks.protocol import Log, Run, Sink, Verdict
+from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import psycopg
 
 from eosflow.ledger.ranges import Plan
-from eosflow.pipelines import Pipeline
 from eosflow.schema.arrow import valid_columns
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.target import create_staging, drop_ranges
+from eosflow.sinks.protocol import Pipeline
 from eosflow.transform import REJECTED_COLUMNS, BatchCheck, TransformResult
 
 Key = tuple[str, int]  # (topic, partition)

@@ -11,8 +11,10 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 
-from eosflow.pipelines import Pipeline, PipelineConfigError
+from eosflow.pipelines import PipelineConfigError
+from eosflow.rows import one_row
 from eosflow.schema import ddl
+from eosflow.sinks.protocol import Pipeline
 
 
 def staging_table(batch_id: str) -> str:
@@ -113,9 +115,11 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
         try:
             with conn.transaction():
                 conn.execute("set local lock_timeout = '200ms'")
-                held = conn.execute(
-                    "select not pg_try_advisory_xact_lock(hashtext(%s))", (_batch_lock_key(batch_id),)
-                ).fetchone()[0]
+                held = one_row(
+                    conn.execute(
+                        "select not pg_try_advisory_xact_lock(hashtext(%s))", (_batch_lock_key(batch_id),)
+                    )
+                )[0]
                 if held:
                     continue
                 for name, owner in staged.items():
@@ -179,10 +183,12 @@ def _existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing
 
 
 def _refuse_keyed_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
-    (keyed,) = conn.execute(
-        "select exists (select 1 from pg_index where indrelid = %s::regclass and indisunique)",
-        (pipeline.target_table,),
-    ).fetchone()
+    (keyed,) = one_row(
+        conn.execute(
+            "select exists (select 1 from pg_index where indrelid = %s::regclass and indisunique)",
+            (pipeline.target_table,),
+        )
+    )
     if keyed:
         raise PipelineConfigError(
             f"pipeline {pipeline.name!r}: delivery {pipeline.delivery} needs a target without a unique key, "
