@@ -93,7 +93,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
             # folder, the project's dags/ (docs/operations/airflow.md).
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(BUNDLES),
             "AIRFLOW__CORE__DAGS_FOLDER": str(settings.root / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.root / "plugins"),
+            # The eosflow view comes by its entry point (airflow.plugins), as in a team's Airflow; this folder
+            # is for plugins of your own (pointing it at plugins/ would load the view twice).
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(settings.airflow_home / "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             # Ingest DAGs are meant to run on their schedule as soon as they appear.
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",

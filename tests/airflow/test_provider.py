@@ -1,0 +1,46 @@
+"""eosflow as Airflow finds it once installed: the provider (`airflow providers list`), its two connection
+types, and the view as one plugin, by entry points, with no plugins folder (docs/DESIGN.md, "In a team's own
+Airflow"). Airflow's own CLI answers, in the project's Airflow environment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from eosflow import settings as settings_mod
+from eosflow.stack import airflow_local
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def _airflow(*args: str, tmp_path: Path) -> str:
+    env = airflow_local.airflow_env(settings_mod.load()) | {"AIRFLOW_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [AIRFLOW, *args, "-o", "json"], env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout[done.stdout.index("[") :]  # after any warning Airflow prints first
+
+
+def test_airflow_lists_eosflow_as_a_provider_with_its_two_connection_types(tmp_path) -> None:
+    providers = {p["package_name"]: p for p in json.loads(_airflow("providers", "list", tmp_path=tmp_path))}
+    assert "eosflow" in providers, sorted(providers)
+    from importlib.metadata import version
+
+    assert providers["eosflow"]["version"] == version("eosflow")
+    hooks = {h["connection_type"]: h for h in json.loads(_airflow("providers", "hooks", tmp_path=tmp_path))}
+    assert hooks["eosflow_schema_registry"]["class"] == "eosflow_airflow.connection_types.SchemaRegistryHook"
+    assert hooks["eosflow_iceberg"]["class"] == "eosflow_airflow.connection_types.IcebergCatalogHook"
+    assert hooks["eosflow_iceberg"]["package_name"] == "eosflow"
+
+
+def test_the_view_is_one_plugin_found_by_its_entry_point_not_the_plugins_folder(tmp_path) -> None:
+    plugins = json.loads(_airflow("plugins", tmp_path=tmp_path))
+    eosflow = [p for p in plugins if p["name"] == "eosflow"]
+    assert len(eosflow) == 1, plugins  # once: the plugins folder does not hold it too
+    assert eosflow[0]["source"].startswith("eosflow=="), eosflow[0]["source"]  # the entry point
+    assert eosflow[0]["fastapi_apps"] and eosflow[0]["external_views"]
+    folder = Path(airflow_local.airflow_env(settings_mod.load())["AIRFLOW__CORE__PLUGINS_FOLDER"])
+    assert not (folder / "eosflow_airflow").exists()
