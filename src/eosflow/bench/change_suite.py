@@ -36,14 +36,7 @@ SHORT = {"eosflow-changes": "eosflow changes", "merge-loop": "merge loop", "eosf
 APPLY = "of which the state apply"  # a step inside the commit, timed by eosflow.sinks.postgres.commit
 STATE_APPLY = re.compile(r"; of it state apply (?P<seconds>[0-9.]+)s")  # on the summary's time line
 
-# The customers table as a change stream declares it: Debezium's JSON forms read as the declared types.
-COLUMNS = [
-    {"name": "id", "type": "bigint", "required": True},
-    {"name": "email", "type": "text", "required": True},
-    {"name": "balance", "type": "numeric(12,2)"},
-    {"name": "updated_at", "type": "timestamptz"},
-    {"name": "profile", "type": "jsonb"},
-]
+COLUMNS = change_load.DECLARED_COLUMNS
 # The same columns appended from `after` as they are on the wire: a plain JSON pipeline has no Debezium
 # forms (a numeric as its string, an instant as microseconds, jsonb as its text), and a delete's `after`
 # is null, so none is required.

@@ -27,14 +27,7 @@ from eosflow.produce.manifest import VISIBLE, Manifest
 from eosflow.produce.producer import EventProducer, produce_stream
 
 TOMBSTONE = "~"  # a tombstone's event id: its delete's LSN and this, so the tally leaves it out
-# The customers table as the lab's change pipelines declare it (the change bench's columns).
-COLUMNS = [
-    {"name": "id", "type": "bigint", "required": True},
-    {"name": "email", "type": "text", "required": True},
-    {"name": "balance", "type": "numeric(12,2)"},
-    {"name": "updated_at", "type": "timestamptz"},
-    {"name": "profile", "type": "jsonb"},
-]
+COLUMNS = change_load.DECLARED_COLUMNS  # the customers table as the change bench declares it
 Image = tuple[str, Decimal | None, int | None, Any]  # email, balance, updated_at (us since 1970), profile
 
 
