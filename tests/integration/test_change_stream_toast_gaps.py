@@ -187,3 +187,23 @@ def test_a_move_whose_old_row_the_changelog_lacks_and_an_update_after_a_truncate
     assert "a truncate emptied the table" in rejected[6] and FULL in rejected[6]
     assert [row[:3] for row in _ledger(case)] == [(2, 1, 1), (5, 3, 2)]
     _verified(case)
+
+
+def test_at_least_once_killed_in_its_commit_rejects_the_redelivered_change_once(case):
+    """About 5 s. The run is killed between at_least_once's output transaction (the rejection in it) and
+    its positions; the retry re-delivers the range: the changes are rejected again, one rejected row each,
+    the range counted once as read = written + rejected, the state the source's."""
+    state = as_change_stream(case, delivery="at_least_once")
+    src = Source(case, partitions=1)
+    _never_seen(src)
+    killed = case.ingest_process("--run-id", "r1", EOSFLOW_CRASH_AT="in_commit")
+    assert killed.returncode == -9 and "SIGKILL at in_commit" in killed.stderr, killed.stderr[-2000:]
+    assert [r[:2] for r in _rejected(case)] == [(0, 0), (0, 2)]  # the output's transaction committed
+    assert case.ingest(run_id="r1").outcome == "committed"  # the orchestrator's retry
+    assert state_of(case, state) == {7: ("g2@x", None, "seven")}
+    assert [r[:2] for r in _rejected(case)] == [(0, 0), (0, 2)]
+    assert case.query(f"select kafka_offset, count(*) from {case.table} group by 1 order by 1") == [
+        (1, 2),
+        (3, 2),
+    ]
+    assert _ledger(case) == [(4, 2, 2, "data")]
