@@ -88,6 +88,12 @@ class Verdict(Protocol):
         ...
 
 
+class Compaction(Protocol):
+    """What a sink's `compact` did: the CLI prints its line, the compact DAG logs it."""
+
+    def line(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Run:
     """One run's plan and what a sink's write needs from the runner."""
@@ -192,7 +198,7 @@ class Sink(ABC):
 
     def compact(
         self, conn: psycopg.Connection, pipeline: Pipeline, target_rows: int | None, log: Log
-    ) -> object | None:
+    ) -> Compaction | None:
         """Merge what many small commits left (`eosflow compact`); None, with a line to `log` saying
         why, when there is nothing to compact."""
         log(f"{pipeline.name}: {self.output} has nothing to compact")
