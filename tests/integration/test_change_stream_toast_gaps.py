@@ -71,9 +71,9 @@ def _never_seen(src: Source) -> None:
 
 @pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once", "at_most_once"])
 def test_an_update_of_a_key_the_changelog_never_saw_is_rejected_not_given_a_null(case, delivery):
-    """About 20 s a mode (two runs, two verifies). Key 5's two updates are rejected (the second fills from
-    the first) with their record's bytes and the reason, out of the changelog and counted as rejected;
-    key 7 is filled; key 5's full update later applies, and the update after it fills from it."""
+    """About 20 s a mode (two runs, two verifies). Key 5's two updates are rejected (the second would take
+    the first's values) with their record's bytes and the reason, out of the changelog and counted as
+    rejected; key 7 is filled; key 5's full update later applies, and the update after it fills from it."""
     state = as_change_stream(case, delivery=delivery)
     src = Source(case, partitions=1)
     _never_seen(src)
