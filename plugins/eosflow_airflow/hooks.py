@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TypedDict
 
 from airflow.sdk.bases.hook import BaseHook
 
 from eosflow import settings as settings_mod
 from eosflow_airflow.connection_types import IcebergCatalogHook, SchemaRegistryHook
+
+
+class _Registry(TypedDict, total=False):
+    """The Settings fields the schema registry connection sets, when it is defined."""
+
+    schema_registry_url: str
+    schema_registry_config: tuple[tuple[str, str], ...]
+
 
 WAREHOUSE_CONN_ID = "warehouse"
 KAFKA_CONN_ID = "kafka_default"
@@ -53,13 +62,13 @@ class EosflowHook(BaseHook):
         )
 
     @staticmethod
-    def _registry() -> dict[str, object]:
+    def _registry() -> _Registry:
         """The schema registry from the `eosflow_schema_registry` connection, when it is defined."""
         found = SchemaRegistryHook().client_settings()
         if found is None:
-            return {}
+            return _Registry()
         url, config = found
-        return {"schema_registry_url": url, "schema_registry_config": config}  # the connection, all of it
+        return _Registry(schema_registry_url=url, schema_registry_config=config)  # the connection, all of it
 
     def iceberg_catalog_properties(self) -> tuple[tuple[str, str], ...] | None:
         """PyIceberg catalog properties from the `iceberg_default` connection (type eosflow_iceberg), or None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from airflow.sdk import get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -156,7 +158,7 @@ def announce(pipeline_name: str, upstream: str = "plan") -> dict:
         raise AirflowSkipException(
             f"no rows committed by this run ({committed.line()}): no event for asset {asset.uri}"
         )
-    extra = {
+    extra: dict[str, Any] = {  # JSON: the asset event's extra
         "pipeline": pipeline_name,
         "run_id": context["run_id"],
         "rows_written": committed.rows_written,
@@ -248,6 +250,7 @@ def _backfill_chunks(pipeline_name: str, context) -> list[list[str]]:
     from eosflow.runners import backfill_run
 
     params, run_id = context["params"], context["run_id"]
+    refused: tuple[type[Exception], ...] = (BackfillError, *_refusals())
     try:
         request = BackfillRequest(
             pipeline_name,
@@ -265,7 +268,7 @@ def _backfill_chunks(pipeline_name: str, context) -> list[list[str]]:
             params.get("to_time") or None,
             max_chunks=_max_mapped_tasks(),
         )
-    except (BackfillError, *_refusals()) as exc:
+    except refused as exc:
         raise AirflowFailException(str(exc)) from None  # a bad request does not get better on retry
     dry_run = bool(params.get("dry_run", False))
     listed = [f"{c} ({c.span:,} offsets)" for c in chunks]
@@ -354,9 +357,7 @@ def pipeline_health(limits_s: dict[str, float]) -> dict:
     from eosflow.observe.health import check
 
     settings = EosflowHook().settings()
-    found = _judge(
-        "pipeline", {n: (lambda n=n, lim=lim: check(settings, n, lim)) for n, lim in limits_s.items()}
-    )
+    found = _judge("pipeline", {n: functools.partial(check, settings, n, lim) for n, lim in limits_s.items()})
     return {h.pipeline: {"lag": h.lag, "last_commit_age_s": h.last_commit_age_s} for h in found}
 
 
@@ -368,11 +369,23 @@ def publisher_health(names: list[str], limit_s: float) -> dict:
     from eosflow.observe.health import check_publisher
 
     settings = EosflowHook().settings()
-    found = _judge("publisher", {n: (lambda n=n: check_publisher(settings, n, limit_s)) for n in names})
+    found = _judge("publisher", {n: functools.partial(check_publisher, settings, n, limit_s) for n in names})
     return {h.publisher: {"held": h.held, "blocked_s": h.blocked_s} for h in found}
 
 
-def _judge(what: str, checks: dict[str, Callable[[], object]]) -> list:
+class _Judged(Protocol):
+    """A health check's verdict."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def line(self) -> str: ...
+
+
+Judged = TypeVar("Judged", bound=_Judged)
+
+
+def _judge(what: str, checks: dict[str, Callable[[], Judged]]) -> list[Judged]:
     """Run every check and log its verdict; fail without retry when one is stale (the next run looks
     again), with retries when some could not be checked (Kafka or Postgres out of reach: a retry may see
     them back). One's trouble never hides the others' verdicts."""

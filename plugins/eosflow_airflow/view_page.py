@@ -7,6 +7,7 @@ no script; it lives in Airflow's navigation as an external view (an iframe of /e
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 from urllib.parse import urlencode
@@ -30,7 +31,7 @@ pre { background: #f9fafb; padding: .4rem; font-size: .75rem; white-space: pre-w
 
 
 def page(
-    states: list[PipelineState], partition: int | None = None, publishers: list[PublisherState] = ()
+    states: list[PipelineState], partition: int | None = None, publishers: Sequence[PublisherState] = ()
 ) -> str:
     body = [f"<h1>eosflow pipelines</h1><p class='muted'>as of {_when(now())}</p>"]
     if not states:
@@ -86,7 +87,7 @@ def _pipeline(s: PipelineState, partition: int | None) -> str:
     return "".join(parts)
 
 
-def _publishers(publishers: list[PublisherState]) -> str:
+def _publishers(publishers: Sequence[PublisherState]) -> str:
     """Each publisher: where it stands, what waits, and who holds it (or what the reader cannot see)."""
     rows = []
     for s in publishers:

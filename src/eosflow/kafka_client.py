@@ -12,7 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
 
 KafkaConfig = Mapping[str, str]
 T = TypeVar("T")
@@ -43,7 +47,7 @@ class ErrorLog:
 
     def __init__(self) -> None:
         self.errors: list = []
-        self.client = None  # error_cb runs when the client is polled
+        self.client: AdminClient | Producer | Consumer | None = None  # error_cb runs when it is polled
 
     def collect(self) -> list:
         if self.client is not None:
@@ -107,9 +111,10 @@ _SILENT.addHandler(logging.NullHandler())
 _SILENT.propagate = False
 
 
-def client_config(kafka: str | KafkaConfig, **extra: object) -> dict[str, object]:
+def client_config(kafka: str | KafkaConfig, **extra: object) -> dict[str, Any]:
     """The librdkafka configuration: a bootstrap string, or the whole map, plus `extra` settings."""
-    config: dict[str, object] = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+    # Any: librdkafka's settings are strings and numbers, and callbacks (error_cb) and a logger too
+    config: dict[str, Any] = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
     if not config.get("bootstrap.servers"):
         raise KafkaConfigError("the Kafka configuration has no bootstrap.servers")
     return config | extra

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TypeGuard
 
 from eosflow.errors import PipelineConfigError
 
@@ -130,7 +131,7 @@ def column(value: object) -> bool:
     return isinstance(value, str) and bool(COLUMN.fullmatch(value)) and len(value) <= IDENTIFIER_BYTES
 
 
-def topic(value: object) -> bool:
+def topic(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(TOPIC.fullmatch(value))
 
 

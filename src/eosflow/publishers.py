@@ -144,6 +144,7 @@ def _parse(raw_name: object, spec: object, where: str) -> Publisher:
     fmt = spec.get("format", "json")
     if fmt not in ("json", "avro", "protobuf"):
         raise PipelineConfigError(f"{where}: format {fmt!r} unknown; json (default), avro or protobuf")
+    assert isinstance(id_column, str)  # names.column checked it above
     return Publisher(
         name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery, dead_letter, fmt
     )

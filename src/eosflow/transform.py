@@ -134,7 +134,6 @@ class BatchCheck:
     def records(self, batch: pa.RecordBatch) -> CheckedRecords:
         """Every record's check, typed as Python values: what a sink that is not a table encodes."""
         changes = self.schema.changes is not None
-        check = self._record.check_value if self.schema.transform is None and not changes else None
         # Parsed JSON holds no reference cycles, yet the cyclic collector would walk every object
         # of the batch again and again while it is built: 15-20% of the check's time.
         gc_was_enabled = gc.isenabled()
@@ -146,6 +145,7 @@ class BatchCheck:
                 headers = batch.column("kafka_headers").to_pylist()
                 results = [change(k, v, h) for k, v, h in zip(keys_, values, headers, strict=True)]
             elif self.schema.transform is None:
+                check = self._record.check_value
                 results = [check(v) for v in batch.column("value").to_pylist()]
             else:
                 results = self._user(batch)
@@ -353,9 +353,7 @@ class RecordSource(Protocol):
     eosflow.sources.kafka.inline.InlineRead a small plan's, in the run's own process; the class-data
     sharing training and the tests hand over batches already in memory, eosflow.sources.batches)."""
 
-    def map(
-        self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str
-    ) -> Job: ...
+    def map(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str) -> Job: ...
 
 
 @dataclass(frozen=True)

@@ -117,12 +117,15 @@ def _latest_shape(kafka: KafkaConfig, topic: str) -> TableShape | None:
             if message is None:
                 break
             if message.error():
-                done.add(message.partition())  # the partition's end (or an error: what was read is used)
+                partition = message.partition()
+                assert partition is not None  # an assigned partition's end or error names it
+                done.add(partition)  # the partition's end (or an error: what was read is used)
                 continue
-            if message.value() is not None:
+            value = message.value()
+            if value is not None:
                 stamp = message.timestamp()[1]
                 if latest is None or stamp >= latest[0]:
-                    latest = (stamp, message.key(), message.value())
+                    latest = (stamp, message.key(), value)
         if latest is None:
             return None
         return _shape_of(latest[1], latest[2])

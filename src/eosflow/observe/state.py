@@ -165,6 +165,7 @@ def _one(
     ]
     lagging = {(s.topic, s.partition): s.position or 0 for s in states if s.lag}
     lag_seconds = _oldest_unread_age(settings, lagging) if with_kafka and lagging else {}
+    params: list[str | int]
     where, params = "pipeline = %s", [name]
     if partition is not None:
         where, params = where + " and partition = %s", [name, partition]
@@ -223,7 +224,10 @@ def _oldest_unread_age(
         deadline = time.monotonic() + 3.0
         while len(found) < len(positions) and time.monotonic() < deadline:
             for m in consumer.consume(len(positions), timeout=0.2):
-                key = (m.topic(), m.partition())
+                topic, partition = m.topic(), m.partition()
+                if topic is None or partition is None:
+                    continue  # a client-level error names no partition
+                key = (topic, partition)
                 if m.error() is None and key not in found:
                     found[key] = max(0.0, time.time() - m.timestamp()[1] / 1000)
     finally:

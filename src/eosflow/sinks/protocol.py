@@ -19,7 +19,7 @@ entry in pipelines.yml. Sinks are found by their `sink:` name in the `eosflow.si
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -69,6 +69,12 @@ class Pipeline(Protocol):
     def target_table(self) -> str: ...
 
 
+class Finding(Protocol):
+    """One check of a verdict that failed, as the DAG's error quotes it."""
+
+    def describe(self) -> str: ...
+
+
 class Verdict(Protocol):
     """What a sink's verification found: printed by the CLI and the DAG, kept in eosflow.checks."""
 
@@ -80,6 +86,12 @@ class Verdict(Protocol):
 
     @property
     def ok(self) -> bool: ...
+
+    @property
+    def checks(self) -> Sequence[object]: ...
+
+    @property
+    def failed(self) -> Sequence[Finding]: ...
 
     def table(self) -> str: ...
 

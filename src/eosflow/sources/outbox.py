@@ -71,7 +71,7 @@ def prepare(
     transaction that adds it: they are published as if inserted then.
     """
     schema, table = publisher.table.split(".")
-    columns = dict(
+    columns: dict[str, str] = dict(
         conn.execute(
             "select attname, format_type(atttypid, atttypmod) from pg_attribute "
             "where attrelid = to_regclass(%s) and attnum > 0 and not attisdropped",

@@ -14,8 +14,9 @@ row Unpublishable: a dead letter with the reason, as for JSON.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 
@@ -86,11 +87,17 @@ def row_encoder(
             "set EOSFLOW_SCHEMA_REGISTRY_URL, or format: json"
         )
     schema = outbox_schema(conn, publisher)
+    registry = settings.registry
+    assert registry is not None  # refused above without one
+    encode: Callable[[Sequence[object]], bytes]
     if publisher.format == "avro":
-        from eosflow.schema.avro_out import register_output
+        from eosflow.schema.avro_out import register_output as register_avro
+
+        encode = register_avro(registry, publisher.name, schema, publisher.topic)
     else:
-        from eosflow.schema.protobuf_out import register_output
-    encode = register_output(settings.registry, publisher.name, schema, publisher.topic)
+        from eosflow.schema.protobuf_out import register_output as register_protobuf
+
+        encode = register_protobuf(registry, publisher.name, schema, publisher.topic)
     convert = [(c.name, _converter(c)) for c in schema.columns]
 
     def encoded(row: outbox.OutboxRow) -> bytes:
@@ -103,7 +110,7 @@ def row_encoder(
     return encoded
 
 
-def _converter(column: Column) -> Callable[[str, object], object]:
+def _converter(column: Column) -> Callable[[str, Any], object]:
     """A psycopg value -> the typed value the output encoders take (as a pipeline's check gives them)."""
     declared = column.type.declared
     element = (column.type.element or column.type).declared
@@ -112,7 +119,7 @@ def _converter(column: Column) -> Callable[[str, object], object]:
     if declared == "text":
         return lambda name, v: v if type(v) is str else outbox.as_text(v)
 
-    def one(name: str, v: object) -> object:
+    def one(name: str, v: Any) -> object:  # Any: a psycopg value of the column's type
         if element == "uuid":
             return str(v)
         if element == "bytea":

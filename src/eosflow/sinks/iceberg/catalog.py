@@ -74,7 +74,8 @@ def ensure_table(
         from pyiceberg.schema import Schema
         from pyiceberg.table.name_mapping import MappedField, NameMapping
 
-        mapping = NameMapping([MappedField(field_id=i + 1, names=[f.name]) for i, f in enumerate(wanted)])
+        # field_id: pydantic takes the name as well as its alias field-id; mypy knows only the alias
+        mapping = NameMapping([MappedField(field_id=i + 1, names=[f.name]) for i, f in enumerate(wanted)])  # type: ignore[call-arg]
         schema = pyarrow_to_schema(wanted, name_mapping=mapping)
         if key:
             ids = [schema.find_field(k).field_id for k in key]
@@ -167,7 +168,7 @@ def _iceberg_type(arrow_type: pa.DataType):
 
     schema = pyarrow_to_schema(
         pa.schema([pa.field("x", arrow_type)]),
-        name_mapping=NameMapping([MappedField(field_id=1, names=["x"])]),
+        name_mapping=NameMapping([MappedField(field_id=1, names=["x"])]),  # type: ignore[call-arg]  # as above
     )
     return schema.find_field("x").field_type
 

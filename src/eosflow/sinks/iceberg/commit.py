@@ -221,7 +221,10 @@ def decide(part: PartitionPlan, batch_id: str, held: SinkCommitted | None) -> tu
 
 def _check_within(plan: Plan, part: PartitionPlan, w: Written) -> None:
     r = part.range
-    if w.read and (w.lo < r.start or w.hi >= r.end or w.read > r.span):
+    if not w.read:
+        return
+    assert w.lo is not None and w.hi is not None  # set with the first records read
+    if w.lo < r.start or w.hi >= r.end or w.read > r.span:
         raise ReadOutsidePlanError(
             f"batch {plan.batch_id}: read {w.read} records at offsets {w.lo}..{w.hi} of "
             f"{r.topic}[{r.partition}], planned {r}: nothing was committed"

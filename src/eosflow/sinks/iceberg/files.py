@@ -15,6 +15,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -166,7 +167,7 @@ class _Writers:
         self.fs, self.root, self.location, self.batch_id = filesystem, root, location, batch_id
         self.pipeline, self.folder = pipeline, folder
         self.batch_part = name_part(batch_id)
-        self.open: dict[tuple, object] = {}
+        self.open: dict[tuple, Any] = {}  # pq.ParquetWriter (pyarrow has no types)
         self.streams: list = []  # closed after their writers: the upload to an object store ends there
         self.parts: dict[tuple[str, int], dict] = {}
         self.task = uuid.uuid4().hex[:12]

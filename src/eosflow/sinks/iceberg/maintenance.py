@@ -21,6 +21,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 
@@ -105,7 +106,9 @@ def _merge_small_files(table, target_rows: int, done: Compacted) -> None:
 
 
 def _chunks(files: list, target_rows: int) -> list[list]:
-    chunks, current, rows = [], [], 0
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    rows = 0
     for f in files:
         if current and rows + f.record_count > target_rows:
             chunks.append(current)
@@ -145,7 +148,7 @@ def _remove_unreferenced(table, older_than: datetime) -> int:
     referenced = _every_snapshots_files(table)
     for kind in ("data", "replay"):
         referenced |= {f for files in rejected_files(table, kind).values() for f in files}
-    referenced |= {tombstone_file(table)} - {None}
+    referenced |= {f for f in (tombstone_file(table),) if f is not None}
     location = table.location().rstrip("/")
     filesystem, root = storage.filesystem(storage.io_properties(table), location)
     removed = 0

@@ -92,6 +92,7 @@ class IcebergSink(Sink):
         config = CatalogConfig.of(settings)
         with reaching(config, f"preparing Iceberg table {self.iceberg_table}"):
             schema = pipeline.schema
+            key: tuple[str, ...]
             if schema.changes is None:
                 columns, key = valid_columns(schema), ()
             else:  # the table is the state: a row per key (state.py)

@@ -263,6 +263,7 @@ def plan_state(table, changes: pa.Table, schema: RecordSchema, soft: bool, batch
     replaced = applied.filter(pc.is_valid(positions.take(_indices(newer))["h_offset"]))
     filters = [_match(replaced.select(key), key)] if replaced.num_rows else []
     if truncated_now:
+        assert truncate is not None  # the batch's truncate is the latest
         filters.append(_older_than(truncate))
         if soft:
             rows.append(_truncated_marks(table, truncate, applied.select(key), key, wanted))
@@ -659,8 +660,8 @@ def _moved_from(
         images = [e for e in earlier.get(old, []) if _place_of(e) < delete]
         held = _live(held_rows.get(old))
         return [*images[-1:], *[h for h in held if _place_of(h) < delete]], "gone"
-    held = held_rows.get(old)
-    if held is not None and (_halves(_place_of(held), place) or _place_of(held) > place):
+    held_row = held_rows.get(old)
+    if held_row is not None and (_halves(_place_of(held_row), place) or _place_of(held_row) > place):
         return [], "gone"  # the move's delete marked it (soft), or the key changed since: the row is gone
     if old in tombstoned and (_halves(tombstoned[old], place) or tombstoned[old] > place):
         return [], "gone"

@@ -52,7 +52,10 @@ def verify_iceberg_sink(settings: Settings, pipeline: Pipeline, table_name: str)
                 "create unlogged table {} (kafka_topic text not null, kafka_partition int not null, "
                 "kafka_offset bigint not null, batch_id text not null{})"
             ).format(
-                copy, sql.SQL(", {} text").format(sql.Identifier(key)) if len(columns) > 4 else sql.SQL("")
+                copy,
+                sql.SQL(", {} text").format(sql.Identifier(key))
+                if key is not None and len(columns) > 4
+                else sql.SQL(""),
             )
         )
         with conn.cursor().copy(sql.SQL("copy {} from stdin (format csv, header true)").format(copy)) as out:

@@ -23,11 +23,13 @@ run. Failures name keys.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
+from eosflow.rows import one_row
 from eosflow.schema.changes import TOMBSTONE, ChangeCheck, declared
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Pipeline
@@ -75,11 +77,13 @@ def verify_state_table(
                 (pipeline.name,),
             ).fetchall()
         )
-        counts = conn.execute(
-            "select coalesce(sum(records_read), 0), coalesce(sum(rows_written), 0), "
-            "coalesce(sum(rows_rejected), 0) from eosflow.ledger where pipeline = %s and kind = 'data'",
-            (pipeline.name,),
-        ).fetchone()
+        counts = one_row(
+            conn.execute(
+                "select coalesce(sum(records_read), 0), coalesce(sum(rows_written), 0), "
+                "coalesce(sum(rows_rejected), 0) from eosflow.ledger where pipeline = %s and kind = 'data'",
+                (pipeline.name,),
+            )
+        )
     held: dict[tuple, list[dict]] = {}
     for row in rows:
         held.setdefault(tuple(row[k] for k in key), []).append(row)
@@ -149,7 +153,7 @@ def _inside(row: dict, spans: dict[tuple[str, int], list[tuple[int, int]]]) -> b
 
 
 def _last_changes(
-    settings: Settings, pipeline: Pipeline, ranges, rejected: set[tuple[str, int, int]] = frozenset()
+    settings: Settings, pipeline: Pipeline, ranges, rejected: AbstractSet[tuple[str, int, int]] = frozenset()
 ) -> tuple[dict, tuple | None]:
     """Each key's last committed change (place, op, image, unchanged columns, coordinates) and the latest
     truncate's place, from the topic's records in the committed ranges, re-checked as changes; the
@@ -180,6 +184,7 @@ def _last_changes(
         error, typed = check(m.key(), m.value(), headers_json(headers) if headers else None)
         if error is not None:
             continue
+        assert typed is not None  # a change that passed has its typed columns
         image, (op, lsn, _ts, unchanged, _old) = typed[:width], typed[width : width + 5]
         place = (-1 if lsn is None else lsn, m.partition(), m.offset())
         if op == TOMBSTONE:

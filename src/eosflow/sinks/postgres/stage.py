@@ -18,8 +18,9 @@ task left twice shows in the commit's count check (staged rows must add up to wh
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
@@ -90,10 +91,12 @@ def range_writer(
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        counts = {False: [0, None, None], True: [0, None, None]}  # rejected? -> records, lo, hi
+        # rejected? -> records, lo, hi
+        counts: dict[bool, list[Any]] = {False: [0, None, None], True: [0, None, None]}
         key = None
         with ExitStack() as contexts:
-            valid = rejected = None
+            valid: _RangeCopy | None = None
+            rejected: _Copy | None = None
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
@@ -116,6 +119,7 @@ def range_writer(
                         "and kafka_partition = %s",
                         (batch_id, *key),
                     )
+                assert valid is not None and rejected is not None  # opened with the first batch
                 _same_partition(checked, key)
                 errors = checked.column("error")
                 offsets = checked.column("kafka_offset")
@@ -133,6 +137,7 @@ def range_writer(
                 valid.write(_with_hex_bytes(rows, hexed) if hexed else rows)
                 rejected.write(_with_hex_bytes(bad.select(_REJECTED_NAMES)))
             if valid is not None:
+                assert rejected is not None  # opened with valid
                 rejected.close()  # the rejected rows commit first
                 valid.finish(batch_id, counts[False][0], counts[True][0])
         tallies = [(key, kind, c) for kind, c in counts.items() if c[0]] if key else []
@@ -179,7 +184,7 @@ class _RangeCopy:
         for statement in partitions.create_child(target, child, key[0], key[1], start, end):
             self.conn.execute(statement)
         # FREEZE: the child was made in this transaction, so its rows can be written frozen.
-        self._copying = self.conn.cursor().copy(
+        self._copying: AbstractContextManager[psycopg.Copy] | None = self.conn.cursor().copy(
             f"copy {child} ({', '.join(names)}) from stdin (format csv, freeze)"
         )
         self.copy = self._copying.__enter__()
@@ -194,6 +199,7 @@ class _RangeCopy:
     def finish(self, batch_id: str, written: int, rejected: int) -> None:
         """End the COPY, key the child, record its counts, and commit all of it."""
         copying, self._copying = self._copying, None
+        assert copying is not None  # finished once
         copying.__exit__(None, None, None)
         self.conn.execute(partitions.add_key(self.child))
         self.conn.execute(
@@ -305,7 +311,7 @@ class _Copy:
     def __init__(self, dsn: str, statement: str) -> None:
         self.dsn, self.statement = dsn, statement
         self.contexts = ExitStack()
-        self.copy = None
+        self.copy: psycopg.Copy | None = None
         self.before: tuple[str, tuple] | None = None
 
     def __enter__(self) -> _Copy:

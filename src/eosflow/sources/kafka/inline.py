@@ -58,6 +58,7 @@ class InlineJob:
             for batch in task:
                 if batch.num_rows == 0:
                     continue
-                row = namedtuple("Row", batch.schema.names)  # noqa: PYI024 - names known only here
+                # names known only here (mypy wants them written out)
+                row = namedtuple("Row", batch.schema.names)  # type: ignore[misc]  # noqa: PYI024
                 rows.extend(row(*values) for values in zip(*batch.to_pydict().values(), strict=True))
         return rows

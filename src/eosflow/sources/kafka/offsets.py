@@ -45,6 +45,7 @@ def partition_offsets(
     elif initial.kind == "offset":
         initial_at = dict.fromkeys(partitions, initial.value)
     elif initial.kind == "timestamp":
+        assert initial.value is not None  # the declaration's parser gives a timestamp its milliseconds
         found = ask(OffsetSpec.for_timestamp(initial.value))
         # -1: no record at or after that time yet, so start at the end.
         initial_at = {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}

@@ -53,13 +53,17 @@ def read_to_end(
                 key = (m.topic(), m.partition())
                 if key not in open_:
                     continue
-                if m.error():  # only an end-of-partition is progress; other errors repeat while they last
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                error = m.error()
+                # only an end-of-partition is progress; other errors repeat while they last
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         open_.discard(key)
                         idle_since = time.monotonic()
                     continue
                 idle_since = time.monotonic()
-                if key in ends and m.offset() >= ends[key]:
+                offset = m.offset()
+                assert offset is not None  # a record's
+                if key in ends and offset >= ends[key]:
                     open_.discard(key)
                     continue
                 yield m
@@ -120,15 +124,18 @@ def records_at(
                         )
                     continue
                 deadline = time.monotonic() + idle_s
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF:
+                error = m.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         break  # the rest hold no record
                     continue
-                at = m.offset() + 1
-                while i < len(pending) and pending[i] < m.offset():
+                read = m.offset()
+                assert read is not None  # a record's
+                at = read + 1
+                while i < len(pending) and pending[i] < read:
                     i += 1  # no record there (a transaction's marker, an aborted record)
-                if i < len(pending) and pending[i] == m.offset():
-                    found[(topic, partition, m.offset())] = (m.key(), m.value())
+                if i < len(pending) and pending[i] == read:
+                    found[(topic, partition, read)] = (m.key(), m.value())
                     i += 1
     finally:
         consumer.close()
