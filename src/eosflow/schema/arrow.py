@@ -10,10 +10,14 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from eosflow.schema.declaration import Column, RecordSchema
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 
@@ -67,7 +71,7 @@ def json_text(value: object) -> str:
         return _json_with_decimals(value)
 
 
-def _json_with_decimals(value: object) -> str:
+def _json_with_decimals(value: Value) -> str:
     t = type(value)
     if t is Decimal:
         return str(value)
@@ -84,12 +88,12 @@ def _json_with_decimals(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def array_literal(values: list, element: str) -> str:
+def array_literal(values: Value, element: str) -> str:
     """A Postgres array literal, e.g. {"a","b \\"c\\""} or {1,2}: every element quoted where text-like."""
     return "{" + ",".join(_element(v, element) for v in values) + "}"
 
 
-def _element(v: object, element: str) -> str:
+def _element(v: Value, element: str) -> str:
     t = type(v)
     if t is str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -29,9 +29,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from datetime import time as time_of_day
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import fastavro
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 MAGIC = 0
 HEADER_BYTES = 5
@@ -161,7 +165,7 @@ class SchemaRegistry:
             headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode()
         return headers
 
-    def writer_schema(self, schema_id: int) -> object:
+    def writer_schema(self, schema_id: int) -> Rejection | str | list[Any] | dict[str, Any]:
         """The parsed Avro schema of `schema_id`, or the Rejection of every record under it."""
         key = (self.config, schema_id)
         found = _SCHEMAS.get(key)
@@ -169,7 +173,7 @@ class SchemaRegistry:
             found = _SCHEMAS[key] = self._fetch(schema_id)
         return found
 
-    def _fetch(self, schema_id: int) -> object:
+    def _fetch(self, schema_id: int) -> Rejection | str | list[Any] | dict[str, Any]:
         answer = self.get_json(f"/schemas/ids/{schema_id}")
         if answer is None:
             return Rejection(
@@ -199,7 +203,7 @@ class SchemaRegistry:
 
 
 # Writer schemas by (registry, id), for every check in this process: ids never change meaning.
-_SCHEMAS: dict[tuple[RegistryConfig, int], object] = {}
+_SCHEMAS: dict[tuple[RegistryConfig, int], Rejection | str | list[Any] | dict[str, Any]] = {}
 
 
 def _ssl_context(config: RegistryConfig) -> ssl.SSLContext:
@@ -217,7 +221,7 @@ class AvroDecoder:
         self.registry = SchemaRegistry(config)
         self.records_only = records_only  # False: a key, which may be any Avro datum (a long, a string)
 
-    def __call__(self, value: bytes) -> tuple[str | None, dict | None]:
+    def __call__(self, value: bytes) -> tuple[str | None, Value]:
         if len(value) < HEADER_BYTES or value[0] != MAGIC:
             return NO_HEADER, None
         schema_id = int.from_bytes(value[1:HEADER_BYTES], "big")
@@ -238,7 +242,7 @@ class AvroDecoder:
         return None, json_like(datum)
 
 
-def json_like(value: object) -> object:
+def json_like(value: Value) -> object:
     """A decoded Avro datum in the values JSON parsing gives, so one set of column checks serves both.
 
     Logical types become their text forms (an instant with its zone in UTC, a date, a UUID); a
@@ -261,7 +265,7 @@ def json_like(value: object) -> object:
     return value
 
 
-def encode(schema_id: int, parsed_schema: object, record: object) -> bytes:
+def encode(schema_id: int, parsed_schema: Value, record: Value) -> bytes:
     """A record in the Confluent wire format: what a Confluent Avro serializer writes."""
     buffer = io.BytesIO()
     buffer.write(bytes([MAGIC]) + schema_id.to_bytes(4, "big"))

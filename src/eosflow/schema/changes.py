@@ -19,6 +19,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from eosflow.schema.avro import RegistryConfig
 from eosflow.schema.debezium_values import (  # noqa: F401  (OPS, PLACEHOLDER: what importers of this module name)
@@ -97,6 +98,7 @@ class ChangeCheck:
 
     def _compiled(self, key: bytes | None, value: bytes | None) -> Result:
         fast = self.fast
+        assert fast is not None  # the check only when the envelope compiled
         if value is None:
             typed = fast.tombstone(key) if key else None
         else:
@@ -117,9 +119,11 @@ class ChangeCheck:
             return None, [*self._key_from(key), TOMBSTONE, None, None, None]
         if len(value) > self.max_value_bytes:
             return f"oversized: {len(value)} bytes > {self.max_value_bytes}", None
-        error, doc = self.decode(value)
+        error, decoded = self.decode(value)
         if error is not None:
             return error, None
+        assert decoded is not None  # decode names an error or returns the document
+        doc: dict[str, Any] = decoded
         if isinstance(doc.get("payload"), dict) and "schema" in doc:  # JsonConverter, schemas.enable
             doc = doc["payload"]
         op = doc.get("op")
@@ -127,7 +131,8 @@ class ChangeCheck:
             return "not a Debezium change: no op", None
         if op not in OPS:
             return f"not a Debezium change: op {str(op)[:20]!r} is none of c, r, u, d, t", None
-        source = doc.get("source") if isinstance(doc.get("source"), dict) else {}
+        found = doc.get("source")
+        source = found if isinstance(found, dict) else {}
         lsn, error = _lsn(source.get("lsn"))
         if error is not None:
             return error, None
@@ -191,6 +196,7 @@ class ChangeCheck:
         error, doc = self.decode(value)
         if error is not None:
             return error, None
+        assert doc is not None  # decode names an error or returns the document
         return self._image({**doc, **keys}, "u", None, None)
 
     def _key_values(self, key: bytes) -> tuple[dict, str | None]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -54,6 +54,9 @@ from eosflow.schema.debezium_values import _EPOCH, _MAX_LSN, _PLACEHOLDER_B64, O
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.record import _INLINE_ACCEPT, _constraints, _rules
 from eosflow.schema.types import _UUID, BAD, json_float
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 _DAY_ZERO = date(1970, 1, 1)
 _SCHEMA_AT = len(b'{"schema":')  # where Kafka's JsonConverter writes the schema block
@@ -105,7 +108,7 @@ def _millis(raw: object) -> datetime | None:
         return None
 
 
-def _is_placeholder(v: object) -> bool:
+def _is_placeholder(v: Value) -> bool:
     t = type(v)
     if t is str:
         return v in (PLACEHOLDER, _PLACEHOLDER_B64)

@@ -55,7 +55,7 @@ def _key_type(schema: RecordSchema) -> str:
 
 def create_table(table: str, schema: RecordSchema, keyed: bool) -> sql.Composed:
     """`create table if not exists`; keyed: partitioned by offset range, the offsets as primary key (I1)."""
-    parts = [
+    parts: list[sql.Composable] = [
         sql.SQL("{} {}{}").format(
             sql.Identifier(name),
             sql.SQL(pg_type),

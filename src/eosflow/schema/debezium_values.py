@@ -9,8 +9,12 @@ import binascii
 import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 from eosflow.schema.declaration import Column
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 OPS = ("c", "r", "u", "d", "t")
 TOMBSTONE = "-"
@@ -47,7 +51,7 @@ def _is_placeholder(value: object) -> bool:
     return type(value) is list and len(value) == 1 and value[0] == PLACEHOLDER
 
 
-def _form(declared: str, value: object) -> object:
+def _form(declared: str, value: Value) -> object:
     """One value in Debezium's form, as the declared type takes it; the value itself when it is not one."""
     t = type(value)
     if declared.startswith("numeric") and t is str:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from eosflow.schema.patterns import Pattern, PatternError
-from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, parse_type
+from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, Value, parse_type
 
 FORMATS = ("json", "avro", "protobuf", "text", "bytes")
 REGISTRY_FORMATS = ("avro", "protobuf")  # their writer schemas come from a schema registry
@@ -415,7 +415,7 @@ def _pattern(spec: dict, scalar: ColumnType, where: str) -> dict:
 
 
 def _bounds(spec: dict, scalar: ColumnType, where: str) -> dict:
-    bounds = {}
+    bounds: dict[str, Value] = {}  # numbers of the column's type
     for key in ("min", "max"):
         if key not in spec:
             continue

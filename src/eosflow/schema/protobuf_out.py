@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
@@ -36,6 +37,9 @@ from eosflow.schema.arrow import json_text
 from eosflow.schema.avro import RegistryConfig, SchemaRegistry
 from eosflow.schema.declaration import RecordSchema
 from eosflow.schema.protobuf_wire import header
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 _F = descriptor_pb2.FieldDescriptorProto
 _TYPES = {
@@ -112,7 +116,7 @@ class ProtobufOutput:
         return header(self.schema_id) + message.SerializeToString()
 
 
-def _plain(kind: str, value: object) -> object:
+def _plain(kind: str, value: Value) -> object:
     if kind == "jsonb":
         return json_text(value)
     if kind == "date":

@@ -37,11 +37,15 @@ import json
 from collections.abc import Callable
 from decimal import Decimal
 from operator import call
+from typing import TYPE_CHECKING
 
 from eosflow.schema.avro import HEADER_BYTES, AvroDecoder, RegistryConfig
 from eosflow.schema.compiled import compile_check
 from eosflow.schema.declaration import REGISTRY_FORMATS, Column, RecordSchema
 from eosflow.schema.types import BAD, ColumnType, for_each, json_float
+
+if TYPE_CHECKING:
+    from eosflow.schema.types import Value
 
 _MISSING = None  # what a getter returns for an absent field; JSON null is treated the same
 FRAMED = b"\x00"  # the magic byte of Confluent's wire format, before a 4-byte schema id
@@ -55,6 +59,7 @@ def _with_schema_ids(check_value, positions: tuple[int, ...]):
     def check(value: bytes | None) -> tuple[str | None, list | None]:
         error, typed = check_value(value)
         if typed is not None:
+            assert value is not None  # a missing value is an error, never typed
             framed = value[:1] == FRAMED and len(value) >= HEADER_BYTES
             schema_id = int.from_bytes(value[1:HEADER_BYTES], "big") if framed else None
             for i in positions:  # ascending: each lands where the declaration has it
@@ -105,7 +110,7 @@ _DECODERS = {
 }
 
 
-def _all_unicode(node: object) -> bool:
+def _all_unicode(node: Value) -> bool:
     """False if a string anywhere in the document holds a lone surrogate (from a \\ud800 escape).
 
     A walk with its own stack: json reads documents nested deeper than a recursive walk may go."""
@@ -150,7 +155,7 @@ def _getter(path: tuple[str | int, ...]):
         return lambda doc: doc.get(key)
 
     def get(doc: dict) -> object:
-        node: object = doc
+        node: Value = doc
         for step in path:
             if type(step) is int:
                 if type(node) is not list or step >= len(node):
@@ -310,6 +315,7 @@ class RecordCheck:
             error, doc = decode(value)
             if error is not None:
                 return error, None
+            assert doc is not None  # decode names an error or returns the document
             typed = typed_of(doc)
             if typed is not None:
                 return None, typed
@@ -327,7 +333,7 @@ class RecordCheck:
 
     def typed_by_rules(self, doc: dict) -> list | None:
         """`typed` as a loop over the columns' rules: what the compiled `typed` must equal."""
-        out = []
+        out: list[object] = []
         for get, accept, required, rules in zip(
             self._getters, self._accepts, self._required, self._rules, strict=True
         ):
@@ -461,10 +467,10 @@ def key_check(ctype: ColumnType, decode: Callable[[bytes], tuple] | None = None)
         if key is None:
             return None, None
         if decode is not None:
-            error, raw = decode(key)
+            error, decoded = decode(key)
             if error is not None:
                 return f"mistyped key ({error})", None
-            return typed(raw)
+            return typed(decoded)
         try:
             text = key.decode("utf-8")
         except UnicodeDecodeError:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 
@@ -37,6 +38,9 @@ class _Bad:
 
 
 BAD = _Bad()  # a value does not have the column's type
+# A decoded value (JSON, Avro, Protobuf): the checks dispatch on its Python type at run time (`type(v) is`),
+# which mypy cannot follow through a variable, so Any rather than object.
+Value = Any
 
 _NUL = "\x00"
 NUL_IN_TEXT = "holds a NUL character, which Postgres text cannot store"
@@ -65,8 +69,8 @@ class ColumnType:
     postgres: str  # the target column's type
     arrow: pa.DataType  # the type the checked batch carries to the COPY
     expected: str  # what a "mistyped field" error says was expected
-    accept: Callable[[object], object]  # the JSON value -> the typed value, or BAD
-    unstorable: Callable[[object], str | None]  # a typed value Postgres would refuse -> why
+    accept: Callable[[Value], object]  # the JSON value -> the typed value, or BAD
+    unstorable: Callable[[Value], str | None]  # a typed value Postgres would refuse -> why
     element: ColumnType | None = None  # for arrays: the type of each element
     ordered: bool = False  # min/max apply
     exact_decimals: bool = False  # its values must be parsed as Decimal (numeric beyond 15 digits)
@@ -115,7 +119,7 @@ def json_float(text: str) -> float | Decimal:
     return Decimal(text)
 
 
-def _double(v: object) -> object:
+def _double(v: Value) -> object:
     """A JSON number as a double; an integer only when the double holds it exactly. A number no
     double holds (past its range, or non-zero below its smallest) stays as it is, and
     `_double_unstorable` says why."""
@@ -139,7 +143,7 @@ def _double(v: object) -> object:
 DOUBLE_RANGE = "out of a double's range"
 
 
-def _double_unstorable(v: object) -> str | None:
+def _double_unstorable(v: Value) -> str | None:
     """Why a number the double column got is not a double: `_double` left it as it was sent."""
     if type(v) is float:
         return None
@@ -166,7 +170,9 @@ def instant(v: object) -> object:
         value = datetime.fromisoformat(v)
     except ValueError:
         return BAD
-    if v[-1] != "Z" and abs(value.utcoffset()) > _MAX_OFFSET:
+    offset = value.utcoffset()
+    assert offset is not None  # the pattern takes an instant with its zone only
+    if v[-1] != "Z" and abs(offset) > _MAX_OFFSET:
         return BAD
     return value
 
@@ -202,7 +208,7 @@ def _jsonb_unstorable(v: object) -> str | None:
     return _not_json(v)
 
 
-def _not_json(node: object) -> str | None:
+def _not_json(node: Value) -> str | None:
     """Why a value cannot be written as jsonb: a NUL, or (from Avro) bytes, NaN or an infinity."""
     t = type(node)
     if t is str:
@@ -224,7 +230,7 @@ def _not_json(node: object) -> str | None:
 def _numeric(precision: int, scale: int) -> tuple[Callable, Callable]:
     whole_digits = precision - scale
 
-    def accept(v: object) -> object:
+    def accept(v: Value) -> object:
         t = type(v)
         if t is Decimal:
             return v
@@ -239,6 +245,7 @@ def _numeric(precision: int, scale: int) -> tuple[Callable, Callable]:
 
     def unstorable(v: Decimal) -> str | None:
         sign, digits, exponent = v.normalize().as_tuple() if v else (0, (0,), 0)
+        assert isinstance(exponent, int)  # finite: no decoder gives NaN or infinity (nor can Arrow hold them)
         decimals = max(0, -exponent)
         if decimals > scale:
             return f"more than {scale} decimal places, got {v}"
@@ -339,7 +346,7 @@ def array_of(accept: Callable[[object], object]) -> Callable[[object], object]:
     return accept_array
 
 
-def for_each(rule: Callable[[object], str | None]) -> Callable[[list], str | None]:
+def for_each(rule: Callable[[Value], str | None]) -> Callable[[Value], str | None]:
     """An element's rule applied to an array: the first element's reason, or None."""
 
     def each(values: list) -> str | None:

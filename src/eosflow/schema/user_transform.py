@@ -138,7 +138,7 @@ class UserTransform:
         error = row.get("error")
         if error is not None:
             return f"rejected by transform: {error}"[:1000], None
-        typed = []
+        typed: list[object] = []
         for column, check in zip(self.columns, self._checks, strict=True):
             value = row.get(column.name)
             if value is None:
