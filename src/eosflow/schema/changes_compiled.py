@@ -134,7 +134,7 @@ def _jsonb(v: object) -> tuple[object, bool]:
     return _form("jsonb", v), False
 
 
-def _annotation(column: Column) -> object:
+def _annotation(column: Column) -> Any:  # a type built at run time, for msgspec
     """The msgspec type of a column's field: what C decodes exactly as json would, else any JSON value."""
     declared = column.type.declared
     if declared in ("text", "uuid"):
@@ -148,7 +148,7 @@ def _annotation(column: Column) -> object:
     return Any  # numeric, double, jsonb, bytea, arrays: floats through the Python check's own parse_float
 
 
-def _column_lines(i: int, column: Column, required: bool, scope: dict[str, object]) -> list[str]:
+def _column_lines(i: int, column: Column, required: bool, scope: dict[str, Any]) -> list[str]:
     """Lines taking field f<i> of the image `img` into v<i>, refusing (return None) what the Python
     check would not take as it is: missing when required, a placeholder, a failed accept or rule."""
     v, declared = f"v{i}", column.type.declared
@@ -200,7 +200,7 @@ def _column_lines(i: int, column: Column, required: bool, scope: dict[str, objec
 
 def _image_function(columns: tuple[Column, ...], required: tuple[bool, ...], name: str) -> Callable:
     """An image Struct -> its columns' typed values, or None where the Python check must decide."""
-    scope: dict[str, object] = {
+    scope: dict[str, Any] = {  # exec's namespace: what the generated source names, then what it defines
         "UNSET": UNSET,
         "BAD": BAD,
         "P": PLACEHOLDER,
@@ -234,7 +234,8 @@ def _image_struct(
     return msgspec.defstruct(
         "Image" if extra is None else "Key",
         [*fields, *((f"o{i}", Any, UNSET) for i in range(len(others))), *(extra or [])],
-        rename={f"f{i}": c.path[0] for i, c in enumerate(columns)}
+        # each column named by one key (compile_changes takes no other declaration)
+        rename={f"f{i}": c.path[0] for i, c in enumerate(columns)}  # type: ignore[arg-type]
         | {f"o{i}": n for i, n in enumerate(others)},
         kw_only=True,
         # The source table's other columns: counted by the second step.
@@ -286,7 +287,8 @@ class CompiledChanges:
             gc=False,
         )
         hook = Decimal if schema.exact_decimals else json_float  # the Python check's parse_float
-        self._decode = msgspec.json.Decoder(top, float_hook=hook).decode
+        # Any: the Structs are built at run time from the declaration, their fields unknown to mypy
+        self._decode: Callable[[bytes], Any] = msgspec.json.Decoder(top, float_hook=hook).decode
         self._encode = msgspec.json.Encoder().encode
         self._whole = whole_count(_Whole(), ())  # type: ignore[arg-type]
         self._schemas: dict[bytes, int] = {}  # schema blocks checked: their ':' characters
@@ -297,7 +299,10 @@ class CompiledChanges:
             key_doc = _image_struct(
                 columns, [("schema", Any, UNSET), ("payload", payload_key | None | UnsetType, UNSET)]
             )
-            self._decode_key = msgspec.json.Decoder(key_doc, float_hook=float).decode  # json.loads' floats
+            # json.loads' floats
+            self._decode_key: Callable[[bytes], Any] | None = msgspec.json.Decoder(
+                key_doc, float_hook=float
+            ).decode
         else:
             self._decode_key = None
 
@@ -413,9 +418,9 @@ def compile_changes(schema: RecordSchema, columns: tuple[Column, ...]) -> Compil
     Struct field can be named, a primary key column read from another key than its name."""
     if schema.changes != "debezium" or schema.format != "json":
         return None
-    keys = [c.path[0] if c.path else None for c in columns]
     if any(len(c.path) != 1 or type(c.path[0]) is not str or c.meta is not None for c in columns):
         return None
+    keys = [str(c.path[0]) for c in columns]  # one name each: refused above otherwise
     if len(set(keys)) != len(keys) or any(not _UNNAMEABLE.isdisjoint(k) for k in keys):
         return None
     if any(c.path != (c.name,) for c in columns if c.name in schema.primary_key):

@@ -186,7 +186,7 @@ def list_nul(values: list[str]) -> bool:
 class _Typed:
     """How msgspec types one column's field, and what Python still checks of it."""
 
-    annotation: object  # the msgspec type of a present, non-null value
+    annotation: Any  # the msgspec type of a present, non-null value (built at run time)
     strings: bool  # the JSON value is a string (an array: of strings)
     finish: bool  # C checked the JSON type only: the column's accept and every rule run in Python
     match: Callable[[str], object] | None = None  # the pattern's search, or the uuid form's fullmatch
@@ -234,7 +234,7 @@ def _typed(column: Column) -> _Typed | None:
     if scalar is None or not column.type.is_array:
         return scalar
     return _Typed(
-        list[scalar.annotation],
+        list[scalar.annotation],  # type: ignore[name-defined]  # a type built at run time, for msgspec
         scalar.strings,
         scalar.finish,
         scalar.match,
@@ -264,7 +264,9 @@ def _plan(columns: tuple[Column, ...]) -> list[_Field] | None:
         return None  # `$[0]`: a document is an object, so never there; left to the Python check
     readers: dict[str, list[int]] = {}
     for i, column in enumerate(columns):
-        readers.setdefault(column.path[0], []).append(i)
+        first = column.path[0]
+        assert type(first) is str  # refused above
+        readers.setdefault(first, []).append(i)
     fields = []
     for key, indexes in readers.items():
         column = columns[indexes[0]]
@@ -340,7 +342,7 @@ def compile_check(
         return None
     decoder = StructDecoder(columns, exact_decimals)
     unnamed = tuple(f.key for f in plan if not f.named)
-    scope: dict[str, object] = {
+    scope: dict[str, Any] = {  # exec's namespace: what the generated source names, then what it defines
         "decoder": decoder,
         "whole": whole_count(decoder, unnamed),
         "UNSET": UNSET,
@@ -356,7 +358,10 @@ def compile_check(
     }
     # The strings and the members of the required typed fields, which every accepted record has.
     strings = sum(
-        1 + (f.typed.strings and not columns[f.columns[0]].type.is_array) for f in plan if f.required
+        # a required field is a typed one (_Field.required); mypy cannot know that
+        1 + (f.typed.strings and not columns[f.columns[0]].type.is_array)  # type: ignore[union-attr, misc]
+        for f in plan
+        if f.required
     )
     members = sum(1 + f.key.count(":") for f in plan if f.required)
     body, escaped = [f"n = {strings}"], [f"w = {members}"]
@@ -399,7 +404,7 @@ def _field_lines(
     getters: tuple[Callable, ...],
     accepts: tuple[Callable, ...],
     rules: tuple[tuple[Callable, ...], ...],
-    scope: dict[str, object],
+    scope: dict[str, Any],
 ) -> list[str]:
     """Lines taking field f<j> of the Struct `s` into its columns' values v<i>, refusing (return
     None) what fails a check, and adding its strings to `n` where they are not counted statically."""

@@ -68,8 +68,8 @@ class Column:
     enum: frozenset | None = None
     enum_text: str = ""  # the enum as the declaration lists it, for messages
     pattern: Pattern | None = None  # RE2's search (eosflow.schema.patterns)
-    min: object = None
-    max: object = None
+    min: Value = None  # a number of the column's type (ints, floats or Decimals)
+    max: Value = None
     meta: str | None = None  # "schema_id": the value's registry schema id, not a field of the record
 
 

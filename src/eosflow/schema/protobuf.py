@@ -36,6 +36,8 @@ appears. A field without presence always appears, with its default (a proto3 int
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -53,8 +55,8 @@ _STRUCT = ("google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.L
 
 # By (registry, schema id): (pool, the schema's FileDescriptorProto) or the Rejection of its records;
 # by (registry, schema id, message indexes): the message class (valid indexes only, so few).
-_WRITERS: dict[tuple[RegistryConfig, int], object] = {}
-_CLASSES: dict[tuple[RegistryConfig, int, tuple[int, ...]], type] = {}
+_WRITERS: dict[tuple[RegistryConfig, int], tuple | Rejection] = {}  # (pool, file descriptor)
+_CLASSES: dict[tuple[RegistryConfig, int, tuple[int, ...]], type[Any]] = {}  # generated message classes
 _PLANS: dict[object, tuple] = {}  # message descriptor -> how each field becomes a value
 
 
@@ -74,7 +76,7 @@ class ProtobufDecoder:
         except WireError as exc:
             return str(exc), None
         cls = message_class(self.registry, schema_id, indexes)
-        if type(cls) is Rejection:
+        if isinstance(cls, Rejection):
             return str(cls), None
         try:
             message = cls.FromString(payload)
@@ -89,7 +91,9 @@ class ProtobufDecoder:
             return f"not Protobuf: {exc} (schema id {schema_id})", None
 
 
-def message_class(registry: SchemaRegistry, schema_id: int, indexes: tuple[int, ...]) -> type | Rejection:
+def message_class(
+    registry: SchemaRegistry, schema_id: int, indexes: tuple[int, ...]
+) -> type[Any] | Rejection:
     """The class of the message `indexes` names in writer schema `schema_id`, or the Rejection."""
     found = _CLASSES.get((registry.config, schema_id, indexes))
     if found is not None:
@@ -97,7 +101,7 @@ def message_class(registry: SchemaRegistry, schema_id: int, indexes: tuple[int, 
     writer = _WRITERS.get((registry.config, schema_id))
     if writer is None:
         writer = _WRITERS[(registry.config, schema_id)] = load(registry, schema_id)
-    if type(writer) is Rejection:
+    if isinstance(writer, Rejection):
         return writer
     pool, file = writer
     names, level = [file.package] if file.package else [], file.message_type
@@ -123,7 +127,7 @@ def to_json_like(message, depth: int = 0) -> dict:
         raise _Unconvertible(
             f"unknown fields in a {message.DESCRIPTOR.full_name} message, so a wrong message index or schema"
         )
-    out = {}
+    out: dict[str, object] = {}
     for name, presence, shape, convert in _plan(message.DESCRIPTOR):
         if presence and not message.HasField(name):
             continue
