@@ -37,9 +37,10 @@ from eosflow.ledger.positions import (
     lock_positions,
 )
 from eosflow.ledger.ranges import Plan
-from eosflow.pipelines import Pipeline
+from eosflow.rows import one_row
 from eosflow.sinks.postgres import partitions, state
 from eosflow.sinks.postgres.target import drop_ranges, holding_batch, staging_table
+from eosflow.sinks.protocol import Pipeline
 
 Timed = Callable[[str], AbstractContextManager[None]]  # times a part of the commit (Run.time_within)
 
@@ -377,7 +378,7 @@ def _clear_staging(conn: psycopg.Connection, stage: sql.Composable, batch_id: st
 
 
 def _exists(conn: psycopg.Connection, table: sql.Composable) -> bool:
-    (oid,) = conn.execute("select to_regclass(%s)", (table.as_string(conn),)).fetchone()
+    (oid,) = one_row(conn.execute("select to_regclass(%s)", (table.as_string(conn),)))
     return oid is not None
 
 
@@ -484,15 +485,17 @@ def _check_replay_counts(
     wrong = []
     for r in plan.ranges:
         bounds = (r.topic, r.partition, r.start, r.end)
-        (committed,) = conn.execute(
-            sql.SQL(
-                "select (select count(*) from {} where kafka_topic = %s and kafka_partition = %s "
-                "and kafka_offset >= %s and kafka_offset < %s) + (select count(*) from eosflow.rejected "
-                "where pipeline = %s and kafka_topic = %s and kafka_partition = %s "
-                "and kafka_offset >= %s and kafka_offset < %s)"
-            ).format(sql.SQL(pipeline.target_table)),
-            (*bounds, pipeline.name, *bounds),
-        ).fetchone()
+        (committed,) = one_row(
+            conn.execute(
+                sql.SQL(
+                    "select (select count(*) from {} where kafka_topic = %s and kafka_partition = %s "
+                    "and kafka_offset >= %s and kafka_offset < %s) + (select count(*) from eosflow.rejected "
+                    "where pipeline = %s and kafka_topic = %s and kafka_partition = %s "
+                    "and kafka_offset >= %s and kafka_offset < %s)"
+                ).format(sql.SQL(pipeline.target_table)),
+                (*bounds, pipeline.name, *bounds),
+            )
+        )
         read = counts[(r.topic, r.partition)].read
         if read != committed:
             wrong.append(f"{r}: re-read {read:,} records, {committed:,} are committed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import psycopg
 from psycopg import sql
@@ -122,7 +122,8 @@ class PostgresSink(Sink):
         commit_fn = commit_replay if run.plan.kind == "replay" else commit
         raw = partial(records_at, run.settings.kafka)  # a change rejected at commit, quoted as in Kafka
         with run.time("commit"):
-            return commit_fn(conn, run.pipeline, run.plan, written, run.time_within, raw)
+            records_read = cast("dict[tuple[str, int], int]", written)  # what write returned
+            return commit_fn(conn, run.pipeline, run.plan, records_read, run.time_within, raw)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
         from eosflow.verify import MART_COLUMNS, run_dbt

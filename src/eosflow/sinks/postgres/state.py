@@ -19,8 +19,9 @@ import psycopg
 from psycopg import sql
 
 from eosflow.ledger.ranges import OffsetRange
-from eosflow.pipelines import Pipeline
+from eosflow.rows import one_row
 from eosflow.schema.changes import declared
+from eosflow.sinks.protocol import Pipeline
 
 KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
 LAST = "_eosflow_state_last"  # their last changes, likewise
@@ -186,7 +187,7 @@ def apply(
         if truncate is None
         else sql.SQL("({}) < (%(t_lsn)s, %(t_part)s, %(t_off)s)").format(_order("l"))
     )
-    params = {"ops": list(KEYED_OPS)}
+    params: dict[str, object] = {"ops": list(KEYED_OPS)}
     if truncate is not None:
         params |= {"t_lsn": truncate[0], "t_part": truncate[1], "t_off": truncate[2]}
     gone = sql.SQL("(l.change_op = 'd' or {})").format(older)
@@ -197,7 +198,7 @@ def apply(
             ),
             params,
         )
-    values = [sql.SQL("l.{}").format(sql.Identifier(name)) for name in image]
+    values: list[sql.Composable] = [sql.SQL("l.{}").format(sql.Identifier(name)) for name in image]
     position = ["change_lsn", "change_ts", "kafka_topic", "kafka_partition", "kafka_offset", "batch_id"]
     target_cols = image + position + (["deleted_at"] if soft else [])
     selected = values + [sql.SQL("l.{}").format(sql.Identifier(p)) for p in position]
@@ -229,7 +230,7 @@ def apply(
         # A deleted key's row stays, marked, with its last image (the key's latest c, r or u; the delete's
         # own image when there was none) and the delete's position.
         first_key = sql.Identifier(key[0])
-        kept = [
+        kept: list[sql.Composable] = [
             sql.SQL("case when i.{k} is null then l.{c} else i.{c} end").format(
                 k=first_key, c=sql.Identifier(n)
             )
@@ -354,11 +355,13 @@ def resolve_unchanged(
         ).format(sql.Literal(r.topic), sql.Literal(r.partition), sql.Literal(r.start), sql.Literal(r.end))
         for r in held
     )
-    (placeholders,) = conn.execute(
-        sql.SQL(
-            "select exists (select from {log} l where ({in_ranges}) and l.change_unchanged is not null)"
-        ).format(log=log, in_ranges=in_ranges)
-    ).fetchone()
+    (placeholders,) = one_row(
+        conn.execute(
+            sql.SQL(
+                "select exists (select from {log} l where ({in_ranges}) and l.change_unchanged is not null)"
+            ).format(log=log, in_ranges=in_ranges)
+        )
+    )
     if not placeholders:  # the common batch: nothing to fill
         return {}
 
@@ -581,13 +584,15 @@ def _truncated_in(conn: psycopg.Connection, log: sql.Identifier, ranges: list[Of
     for r in ranges:
         if r.empty:
             continue
-        (found,) = conn.execute(
-            sql.SQL(
-                "select exists (select from {} where change_op = 't' and kafka_topic = %s "
-                "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s)"
-            ).format(log),
-            (r.topic, r.partition, r.start, r.end),
-        ).fetchone()
+        (found,) = one_row(
+            conn.execute(
+                sql.SQL(
+                    "select exists (select from {} where change_op = 't' and kafka_topic = %s "
+                    "and kafka_partition = %s and kafka_offset >= %s and kafka_offset < %s)"
+                ).format(log),
+                (r.topic, r.partition, r.start, r.end),
+            )
+        )
         if found:
             return True
     return False
