@@ -42,12 +42,14 @@ spark-archive: $(STAMP)
 demo: setup
 	$(BIN)/eosflow demo
 
-## test: lint, the docs site's strict build, then the whole suite against the real stack (unit, integration,
-## Airflow, browser), ending with the 15 slowest tests so the suite's budget stays in view. Two pytest-xdist
-## workers by default (about 26 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
+## test: lint, types (mypy, configured in pyproject.toml), the docs site's strict build, then the whole suite
+## against the real stack (unit, integration, Airflow, browser), ending with the 15 slowest tests so the suite's
+## budget stays in view. Two pytest-xdist workers by default (about 26 min instead of 47 on the 2-core
+## machines); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 2
 test: setup browser spark-archive
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/eosflow stack up
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
