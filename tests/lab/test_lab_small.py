@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab_trials(tmp_path_factory) -> list[dict]:
-    """`eosflow lab --small`: 18 trials of real faults, each a fresh pipeline run by real processes on the
+    """`eosflow lab --small`: 17 trials of real faults, each a fresh pipeline run by real processes on the
     lab's own stack (about 7 minutes: mostly JVM starts and waits for the faults; the first test pays it)."""
     out = tmp_path_factory.mktemp("lab")
     done = subprocess.run(
@@ -155,14 +155,10 @@ def test_the_stream_loses_and_duplicates_nothing_when_raced_by_a_replay(lab_tria
 
 
 @pytest.mark.timeout(3600)
-def test_a_change_stream_replica_is_exact_under_the_modes_that_do_not_lose_and_differs_under_at_most_once(
-    lab_trials,
-):
+def test_a_change_stream_replica_stays_exact_under_at_least_once_and_differs_under_at_most_once(lab_trials):
     """kill -9 between the split modes' two transactions, after a first run committed half the changes: the
-    changelog against the committed changes, the state table against the source table they leave."""
-    eo = _pick(lab_trials, "kill -9 in_commit", "changes_exactly_once")
-    assert eo["acknowledged"] > 0 and (eo["lost"], eo["duplicated"], eo["replica"]) == (0, 0, (0, 0, 0)), eo
-    assert eo["invariants"] == "pass", eo
+    changelog against the committed changes, the state table against the source table they leave. (The
+    exactly_once change path is the full lab's and the randomized change-stream schedule's.)"""
     alo = _pick(lab_trials, "kill -9 in_commit", "changes_at_least_once")
     assert alo["duplicated"] > 0 and alo["lost"] == 0 and alo["replica"] == (0, 0, 0), alo
     assert alo["invariants"] == "fail: I1", alo  # S1-S3 hold: the state is the changelog's last changes

@@ -75,7 +75,9 @@ def _crash_modes(point: str) -> tuple[str, ...]:
 
 def _crash_small_modes(point: str) -> tuple[str, ...]:
     if point == "in_commit":  # where the three semantics differ; Iceberg: in the table, the ledger not told
-        return (*DELIVERY_MODES, "iceberg_exactly_once", *CHANGES)  # changes: what each does to a replica
+        # changes: what the two comparison modes do to a replica (exactly_once's change path is killed at
+        # every fault point by the randomized change-stream schedule, and by the full lab)
+        return (*DELIVERY_MODES, "iceberg_exactly_once", "changes_at_least_once", "changes_at_most_once")
     return ("kafka_exactly_once", "kafka_at_least_once") if point == "in_kafka_transaction" else ()
 
 
@@ -136,7 +138,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("producer-retries", _proxy, modes=EO, small_modes=EO),
     Scenario("leader-failure", _acks, modes=EO, small_modes=EO),
 )
-# The CI-sized lab (`--small`, 18 trials) keeps what only the lab shows: the three semantics where they
+# The CI-sized lab (`--small`, 17 trials) keeps what only the lab shows: the three semantics where they
 # differ (kill -9 in the commit, for appended records and for a change stream's replica; Postgres restarted
 # mid-commit; a zombie, where at-least-once duplicates), the producer's faults, and one trial of each
 # other runner and sink so the lab's own code for each stays tested. The other boundaries, restarts,
