@@ -90,7 +90,7 @@ _READERS = {"get", "getenv", "_int", "_json_object"}
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
-    """A module's NAME = "EOSFLOW_..." constants (notify.py's WEBHOOK_ENV)."""
+    """A module's NAME = "EOSFLOW_..." constants (notifications/alerts.py's WEBHOOK_ENV)."""
     assigned = (n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant))
     return {t.id: n.value.value for n in assigned for t in n.targets if isinstance(t, ast.Name)}
 

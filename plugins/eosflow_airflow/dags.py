@@ -30,9 +30,9 @@ from eosflow_airflow.lineage import (
     table_asset,
     topic_asset,
 )
-from eosflow_airflow.notify import FailureAlert
-from eosflow_airflow.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
-from eosflow_airflow.tasks import (
+from eosflow_airflow.notifications.alerts import FailureAlert
+from eosflow_airflow.operators.spark import EosflowSparkSubmitOperator, ingest_task, spark_job
+from eosflow_airflow.operators.tasks import (
     announce,
     backfill_dag_id,
     build_marts,
@@ -50,7 +50,7 @@ from eosflow_airflow.tasks import (
     validate_member_backfill,
     verify,
 )
-from eosflow_airflow.wake import wake_group_id, wake_trigger
+from eosflow_airflow.triggers.wake import wake_group_id, wake_trigger
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def _naming(kind: str, name: str, error: PipelineConfigError) -> str:
 
 
 def wake_asset(pipeline: Pipeline) -> Asset:
-    """Records arrived in the pipeline's topics: watched in the triggerer (eosflow_airflow.wake).
+    """Records arrived in the pipeline's topics: watched in the triggerer (eosflow_airflow.triggers.wake).
 
     An asset of the pipeline's own, not its topics': two pipelines reading one topic each wake on it.
     """

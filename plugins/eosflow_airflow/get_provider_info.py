@@ -21,12 +21,12 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {
                 "connection-type": "eosflow_schema_registry",
-                "hook-class-name": "eosflow_airflow.connection_types.SchemaRegistryHook",
+                "hook-class-name": "eosflow_airflow.hooks.connection_types.SchemaRegistryHook",
                 "hook-name": "Schema registry (eosflow)",
             },
             {
                 "connection-type": "eosflow_iceberg",
-                "hook-class-name": "eosflow_airflow.connection_types.IcebergCatalogHook",
+                "hook-class-name": "eosflow_airflow.hooks.connection_types.IcebergCatalogHook",
                 "hook-name": "Iceberg catalog (eosflow)",
             },
         ],

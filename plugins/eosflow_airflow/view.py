@@ -90,8 +90,8 @@ def _readable(declared: Mapping[str, T], dag_id: Callable[[str], str], user) -> 
 def _pipelines(user, pipeline: str | None = None):
     """The reader's settings and the pipelines this user may read (only `pipeline`, if named)."""
     from eosflow.pipelines import load_databases, load_each, members
-    from eosflow_airflow.hooks import EosflowHook
-    from eosflow_airflow.tasks import ingest_dag_id
+    from eosflow_airflow.hooks.eosflow import EosflowHook
+    from eosflow_airflow.operators.tasks import ingest_dag_id
 
     settings = EosflowHook().reader_settings()
     declared, _ = load_each(settings)  # a refused pipeline has no DAG: Airflow's import errors name it
@@ -127,8 +127,8 @@ async def page(
 def _publishers(user):
     from eosflow.observe.state import publisher_snapshot
     from eosflow.publishers import load_publishers
-    from eosflow_airflow.hooks import EosflowHook
-    from eosflow_airflow.tasks import publish_dag_id
+    from eosflow_airflow.hooks.eosflow import EosflowHook
+    from eosflow_airflow.operators.tasks import publish_dag_id
 
     settings = EosflowHook().reader_settings()
     shown = _readable(load_publishers(settings), publish_dag_id, user)

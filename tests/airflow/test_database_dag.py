@@ -89,7 +89,7 @@ def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
     # The view shows each member as a pipeline, read as the read-only role (EosflowHook.reader_settings).
     from eosflow.observe.state import snapshot
     from eosflow.pipelines import load_databases, members
-    from eosflow_airflow.hooks import EosflowHook
+    from eosflow_airflow.hooks.eosflow import EosflowHook
 
     reader = EosflowHook().reader_settings()
     shown = members(reader, load_databases(reader)[0][entry])

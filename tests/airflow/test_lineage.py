@@ -116,9 +116,9 @@ def test_an_asset_left_by_earlier_eosflow_does_not_make_the_new_one_inactive(cas
 
 def test_a_run_planned_without_a_ledger_mark_still_announces_what_it_committed(case, airflow_db, monkeypatch):
     """A run planned by an eosflow before lineage (in flight through an upgrade) pushed no mark."""
-    from eosflow_airflow import tasks
     from eosflow_airflow.dags import build_ingest_dag
     from eosflow_airflow.lineage import output_asset
+    from eosflow_airflow.operators import tasks
 
     monkeypatch.setattr(tasks, "_ledger_mark", lambda settings: None)
     case.produce(40, seed=605, partitions=1)

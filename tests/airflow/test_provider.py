@@ -31,8 +31,9 @@ def test_airflow_lists_eosflow_as_a_provider_with_its_two_connection_types(tmp_p
 
     assert providers["eosflow"]["version"] == version("eosflow")
     hooks = {h["connection_type"]: h for h in json.loads(_airflow("providers", "hooks", tmp_path=tmp_path))}
-    assert hooks["eosflow_schema_registry"]["class"] == "eosflow_airflow.connection_types.SchemaRegistryHook"
-    assert hooks["eosflow_iceberg"]["class"] == "eosflow_airflow.connection_types.IcebergCatalogHook"
+    types = "eosflow_airflow.hooks.connection_types"
+    assert hooks["eosflow_schema_registry"]["class"] == f"{types}.SchemaRegistryHook"
+    assert hooks["eosflow_iceberg"]["class"] == f"{types}.IcebergCatalogHook"
     assert hooks["eosflow_iceberg"]["package_name"] == "eosflow"
 
 

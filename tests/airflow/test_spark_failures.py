@@ -8,7 +8,7 @@ PROGRESS = "eosflow ingest: reusing the plan persisted for p:run-1 (planned): a 
 
 
 def test_refused_fenced_and_data_loss_fail_at_once_with_the_jobs_line():
-    from eosflow_airflow.spark import submit_failure
+    from eosflow_airflow.operators.spark import submit_failure
 
     refused = submit_failure(2, [PROGRESS, "eosflow ingest: REFUSED: chunk t[0] [0, 10) is ..."], "p")
     fenced = submit_failure(3, [PROGRESS, "eosflow ingest: FENCED: batch p:run-1 is fenced: ..."], "p")
@@ -22,7 +22,7 @@ def test_refused_fenced_and_data_loss_fail_at_once_with_the_jobs_line():
 
 
 def test_other_failures_keep_their_retries_and_the_providers_error_when_the_job_said_nothing():
-    from eosflow_airflow.spark import submit_failure
+    from eosflow_airflow.operators.spark import submit_failure
 
     line = "eosflow ingest: FAILED: batch p:run-1: staged 9 rows, read 10"
     uneven = submit_failure(5, [PROGRESS, line], "p")

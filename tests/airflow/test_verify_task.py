@@ -20,7 +20,7 @@ def _shift_position(case, by: int) -> None:
 def test_verify_task_passes_clean_data_and_names_a_broken_invariant(case, airflow_db):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from eosflow_airflow.tasks import verify
+    from eosflow_airflow.operators.tasks import verify
 
     case.produce(300, seed=601, partitions=2)
     case.ingest()

@@ -206,7 +206,7 @@ def test_dag_files_do_no_network_or_database_io_at_import(monkeypatch):
 
 
 def test_both_dags_run_spark_through_eosflows_operator(dagbag):
-    from eosflow_airflow.spark import EosflowSparkSubmitOperator
+    from eosflow_airflow.operators.spark import EosflowSparkSubmitOperator
 
     ingest = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
     chunk = dagbag.dags["eosflow_backfill_orders"].get_task("spark_chunk")
@@ -286,7 +286,7 @@ def test_a_woken_ingest_dag_runs_on_its_interval_or_when_records_arrive(woken_or
     from airflow.providers.common.compat.module_loading import import_string
     from airflow.sdk import AssetOrTimeSchedule
 
-    from eosflow_airflow.wake import PipelineWakeTrigger, records_arrived
+    from eosflow_airflow.triggers.wake import PipelineWakeTrigger, records_arrived
 
     dag = woken_orders.dags["eosflow_ingest_orders"]
     assert isinstance(dag.timetable, AssetOrTimeSchedule)
@@ -314,7 +314,7 @@ def test_a_woken_ingest_dag_serializes_for_the_scheduler_and_the_triggerer(woken
     from airflow.serialization.serialized_objects import DagSerialization
 
     stored = DagSerialization.to_dict(woken_orders.dags["eosflow_ingest_orders"])
-    assert "eosflow_airflow.wake.PipelineWakeTrigger" in json.dumps(stored)
+    assert "eosflow_airflow.triggers.wake.PipelineWakeTrigger" in json.dumps(stored)
     again = DagSerialization.from_dict(stored)
     assert type(again.timetable).__name__ == "AssetOrTimeSchedule"
 
@@ -402,7 +402,7 @@ def test_the_backfill_form_serializes_with_its_titles_sections_and_formats(dagba
 
 # -- Alerts ---------------------------------------------------------------------------------------------
 def test_every_task_of_every_dag_alerts_on_failure(dagbag):
-    from eosflow_airflow.notify import FailureAlert
+    from eosflow_airflow.notifications.alerts import FailureAlert
 
     for dag in dagbag.dags.values():
         for task in dag.tasks:
@@ -422,7 +422,7 @@ def test_spark_tasks_time_out_after_two_hours_by_default(dagbag):
 def test_the_spark_timeout_is_configurable_and_refuses_nonsense(monkeypatch):
     from datetime import timedelta
 
-    from eosflow_airflow.spark import execution_timeout
+    from eosflow_airflow.operators.spark import execution_timeout
 
     monkeypatch.setenv("EOSFLOW_SPARK_TIMEOUT_MINUTES", "30")
     assert execution_timeout() == timedelta(minutes=30)

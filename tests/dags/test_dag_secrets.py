@@ -99,8 +99,8 @@ def test_no_secret_in_any_rendered_template_field(dagbag):
 def test_the_spark_task_gets_its_secrets_when_it_runs_and_its_template_field_never_holds_them(
     dagbag, monkeypatch
 ):
-    from eosflow_airflow.hooks import EosflowHook
-    from eosflow_airflow.spark import EosflowSparkSubmitOperator
+    from eosflow_airflow.hooks.eosflow import EosflowHook
+    from eosflow_airflow.operators.spark import EosflowSparkSubmitOperator
 
     task = dagbag.dags["eosflow_ingest_orders"].get_task("spark_ingest")
     assert isinstance(task, EosflowSparkSubmitOperator)

@@ -51,11 +51,11 @@ def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
         "eosflow/dbt_project/models/staging/stg_output.sql",
         "eosflow/dbt_project/tests/generic/no_duplicate_business_keys.sql",
         "eosflow_airflow/dags.py",
-        "eosflow_airflow/hooks.py",
+        "eosflow_airflow/hooks/eosflow.py",
         "eosflow_airflow/bundle.py",  # the DAG bundle, and the DAG files it serves
         "eosflow_airflow/dag_files/eosflow_ingest.py",
         "eosflow_airflow/dag_files/eosflow_config_errors.py",
-        "eosflow_airflow/connection_types.py",
+        "eosflow_airflow/hooks/connection_types.py",
         "eosflow_airflow/get_provider_info.py",
         "eosflow/examples/pipe_clicks.py",
     }
@@ -83,7 +83,7 @@ import json
 from eosflow import settings, verify
 from eosflow.spark import submit
 from eosflow.ledger import migrate
-import eosflow_airflow.dags, eosflow_airflow.hooks
+import eosflow_airflow.dags, eosflow_airflow.hooks.eosflow
 print(json.dumps({
     "eosflow": __import__("eosflow").__file__,
     "dbt": str(verify.DBT_PROJECT), "dbt_ok": (verify.DBT_PROJECT / "dbt_project.yml").exists(),

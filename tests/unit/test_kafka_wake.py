@@ -86,12 +86,12 @@ class _Consumer:
 
 
 def _trigger(**changes):
-    from eosflow_airflow.wake import PipelineWakeTrigger
+    from eosflow_airflow.triggers.wake import PipelineWakeTrigger
 
     kwargs = {
         "topics": ["orders"],
         "group_id": "eosflow.wake.orders",
-        "apply_function": "eosflow_airflow.wake.records_arrived",
+        "apply_function": "eosflow_airflow.triggers.wake.records_arrived",
     } | changes
     return PipelineWakeTrigger(**kwargs)
 
@@ -100,7 +100,7 @@ def _fire(monkeypatch, consumer: _Consumer, **changes) -> tuple[list, list[dict]
     """The trigger's events with `consumer` as its Kafka consumer, and the client configurations asked."""
     import asyncio
 
-    from eosflow_airflow import wake
+    from eosflow_airflow.triggers import wake
 
     configs = []
 
@@ -158,7 +158,7 @@ def test_a_trigger_refuses_any_group_but_a_wake_group(group):
 
 def test_wake_groups_and_kafka_sink_groups_never_meet():
     from eosflow.sinks.kafka.produce import group_id
-    from eosflow_airflow.wake import wake_group_id
+    from eosflow_airflow.triggers.wake import wake_group_id
 
     assert wake_group_id("orders") == "eosflow.wake.orders" != group_id("orders")
     assert wake_group_id("wake") != group_id("wake")  # a pipeline named wake: eosflow.wake, no clash
@@ -168,6 +168,6 @@ def test_the_trigger_serializes_to_itself_with_its_group():
     from airflow.providers.common.compat.module_loading import import_string
 
     path, kwargs = _trigger().serialize()
-    assert path == "eosflow_airflow.wake.PipelineWakeTrigger"
+    assert path == "eosflow_airflow.triggers.wake.PipelineWakeTrigger"
     again = import_string(path)(**kwargs)
     assert again.serialize() == (path, kwargs) and kwargs["group_id"] == "eosflow.wake.orders"

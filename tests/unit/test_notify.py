@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from eosflow_airflow import notify
+from eosflow_airflow.notifications import alerts
 
 
 class _Ti(SimpleNamespace):
@@ -30,28 +30,28 @@ def _context(exc, map_index=-1, task=None):
 
 def test_the_reason_is_the_exception_s_first_line():
     exc = RuntimeError("FENCED: batch b-2 of orders was fenced by b-3 (exit 3, not retried)\nTraceback ...\n")
-    assert notify.reason(exc) == "FENCED: batch b-2 of orders was fenced by b-3 (exit 3, not retried)"
-    assert notify.reason(ValueError("\n\n  first real line  \nsecond")) == "first real line"
+    assert alerts.reason(exc) == "FENCED: batch b-2 of orders was fenced by b-3 (exit 3, not retried)"
+    assert alerts.reason(ValueError("\n\n  first real line  \nsecond")) == "first real line"
 
 
 def test_a_reason_without_a_message_names_the_exception_or_the_timeout():
-    assert notify.reason(KeyError()) == "KeyError"
-    assert notify.reason(None).startswith("failed without an exception")
+    assert alerts.reason(KeyError()) == "KeyError"
+    assert alerts.reason(None).startswith("failed without an exception")
 
     from airflow.sdk.exceptions import AirflowTaskTimeout
 
     task = SimpleNamespace(execution_timeout=timedelta(hours=2))
-    assert notify.reason(AirflowTaskTimeout(), task) == "timed out after 2:00:00 (execution_timeout)"
+    assert alerts.reason(AirflowTaskTimeout(), task) == "timed out after 2:00:00 (execution_timeout)"
 
 
 def test_a_long_reason_is_cut_to_one_readable_line():
-    text = notify.reason(RuntimeError("x" * 5000))
-    assert len(text) == notify.MAX_REASON and text.endswith("...")
+    text = alerts.reason(RuntimeError("x" * 5000))
+    assert len(text) == alerts.MAX_REASON and text.endswith("...")
 
 
 def test_the_alert_names_the_dag_task_run_and_log():
-    alert = notify.alert_from(_context(RuntimeError("DATA LOSS in pipeline 'orders': gone\nmore"), 3))
-    assert alert == notify.Alert(
+    alert = alerts.alert_from(_context(RuntimeError("DATA LOSS in pipeline 'orders': gone\nmore"), 3))
+    assert alert == alerts.Alert(
         dag_id="eosflow_ingest_orders",
         task_id="spark_ingest",
         run_id="manual__r1",
@@ -74,9 +74,9 @@ def test_the_alert_names_the_dag_task_run_and_log():
 
 
 def test_without_a_webhook_the_alert_is_logged_at_error(caplog, monkeypatch):
-    monkeypatch.delenv(notify.WEBHOOK_ENV, raising=False)
-    with caplog.at_level(logging.INFO, logger=notify.__name__):
-        notify.FailureAlert()(_context(RuntimeError("verification of pipeline orders failed: I3")))
+    monkeypatch.delenv(alerts.WEBHOOK_ENV, raising=False)
+    with caplog.at_level(logging.INFO, logger=alerts.__name__):
+        alerts.FailureAlert()(_context(RuntimeError("verification of pipeline orders failed: I3")))
     [record] = caplog.records
     assert record.levelno == logging.ERROR
     assert record.getMessage().endswith(
@@ -117,9 +117,9 @@ def receiver():
 
 
 def test_with_a_webhook_the_alert_is_posted_as_json(receiver, monkeypatch, caplog):
-    monkeypatch.setenv(notify.WEBHOOK_ENV, receiver.url)
-    with caplog.at_level(logging.INFO, logger=notify.__name__):
-        notify.FailureAlert()(_context(RuntimeError("refused: bad request\ndetails")))
+    monkeypatch.setenv(alerts.WEBHOOK_ENV, receiver.url)
+    with caplog.at_level(logging.INFO, logger=alerts.__name__):
+        alerts.FailureAlert()(_context(RuntimeError("refused: bad request\ndetails")))
     [(path, content_type, body)] = receiver.received
     assert path == "/hooks/secret-token" and content_type == "application/json"
     assert body["reason"] == "refused: bad request" and body["task_id"] == "spark_ingest"
@@ -128,8 +128,8 @@ def test_with_a_webhook_the_alert_is_posted_as_json(receiver, monkeypatch, caplo
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9/nothing-listens", "not a url", "http://[::1"])
 def test_a_webhook_that_cannot_be_reached_never_fails_the_callback(url, caplog):
-    with caplog.at_level(logging.ERROR, logger=notify.__name__):
-        notify.FailureAlert(webhook=url, timeout=2)(_context(RuntimeError("the reason")))
+    with caplog.at_level(logging.ERROR, logger=alerts.__name__):
+        alerts.FailureAlert(webhook=url, timeout=2)(_context(RuntimeError("the reason")))
     assert "the reason" in caplog.text  # still in the task log
     assert "could not" in caplog.text
 
@@ -137,8 +137,8 @@ def test_a_webhook_that_cannot_be_reached_never_fails_the_callback(url, caplog):
 def test_a_webhook_answering_an_error_never_fails_the_callback(caplog):
     failing = _Receiver(status=500)
     try:
-        with caplog.at_level(logging.ERROR, logger=notify.__name__):
-            notify.FailureAlert(webhook=failing.url)(_context(RuntimeError("the reason")))
+        with caplog.at_level(logging.ERROR, logger=alerts.__name__):
+            alerts.FailureAlert(webhook=failing.url)(_context(RuntimeError("the reason")))
     finally:
         failing.close()
     assert len(failing.received) == 1

@@ -87,7 +87,7 @@ def test_a_refused_pipeline_hides_no_other_from_the_view(tmp_path, monkeypatch):
 
     from eosflow import settings as settings_mod
     from eosflow_airflow import view
-    from eosflow_airflow.hooks import EosflowHook
+    from eosflow_airflow.hooks.eosflow import EosflowHook
 
     body = yaml.safe_load(PIPELINES_YML.read_text())
     body["pipelines"]["broken"] = body["pipelines"]["orders"] | {"target_table": "eosflow.ledger"}

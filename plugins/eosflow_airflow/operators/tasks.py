@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 from airflow.sdk import get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from eosflow_airflow.hooks import EosflowHook
+from eosflow_airflow.hooks.eosflow import EosflowHook
 
 log = logging.getLogger(__name__)
 

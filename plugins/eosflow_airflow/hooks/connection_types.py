@@ -2,7 +2,7 @@
 
 `eosflow_schema_registry`: the schema registry Avro and Protobuf pipelines decode with (a Confluent-compatible
 API). `eosflow_iceberg`: the Iceberg catalog of `sink: iceberg` pipelines, as PyIceberg properties. Both are
-read when a task runs (eosflow_airflow.hooks.EosflowHook.settings), never when a DAG file is parsed.
+read when a task runs (eosflow_airflow.hooks.eosflow.EosflowHook.settings), never when a DAG file is parsed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`, and, when defined,
-`iceberg_default` and `eosflow_schema_registry`: eosflow_airflow.connection_types).
+`iceberg_default` and `eosflow_schema_registry`: eosflow_airflow.hooks.connection_types).
 
 Connections are the one place an Airflow deployment configures where Kafka, the warehouse and the
 Iceberg catalog are; the Spark job receives the same values as EOSFLOW_* variables.
@@ -14,7 +14,7 @@ from typing import TypedDict
 from airflow.sdk.bases.hook import BaseHook
 
 from eosflow import settings as settings_mod
-from eosflow_airflow.connection_types import IcebergCatalogHook, SchemaRegistryHook
+from eosflow_airflow.hooks.connection_types import IcebergCatalogHook, SchemaRegistryHook
 
 
 class _Registry(TypedDict, total=False):

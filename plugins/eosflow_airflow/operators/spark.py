@@ -23,8 +23,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from eosflow import settings as settings_mod
 from eosflow.spark.session import launch_conf
 from eosflow.spark.submit import SPARK_ENTRY, spark_env
-from eosflow_airflow.hooks import EosflowHook
-from eosflow_airflow.tasks import acknowledge_hint
+from eosflow_airflow.hooks.eosflow import EosflowHook
+from eosflow_airflow.operators.tasks import acknowledge_hint
 
 JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.cli.ingest) prints to stderr
 _OUTCOME = re.compile(r"eosflow ingest: [A-Z]+(?: [A-Z]+)*: ")  # FENCED: ..., DATA LOSS: ..., FAILED: ...

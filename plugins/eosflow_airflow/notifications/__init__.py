@@ -1,0 +1,1 @@
+"""Notifiers: the one-line alert of a task that fails for good."""

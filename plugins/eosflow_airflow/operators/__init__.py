@@ -1,0 +1,1 @@
+"""Operators: the eosflow tasks (plan, verify, announce, ...) and the Spark job's spark-submit."""
