@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 
 from eosflow import names
 from eosflow.databases import declaration as databases
+from eosflow.declaration_numbers import whole_number
 from eosflow.errors import PipelineConfigError
 from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
@@ -29,26 +29,6 @@ MAX_VALUE_BYTES = 1 << 30  # 1 GiB, Postgres' largest field
 MAX_OFFSET = (1 << 63) - 1  # Kafka's offsets are 64-bit signed
 _RECORDS_WHY = "one Spark task reads at most this many offsets of a partition per run; more is better split"
 _VALUE_WHY = "a value is stored whole, and Postgres stores no field larger than 1 GiB"
-
-
-def whole_number(
-    spec: Mapping, key: str, default: int, where: str, *, high: int, why: str, low: int = 1
-) -> int:
-    """spec[key] (or `default`), a whole number from `low` to `high`; `why` says what bounds it. A float
-    (YAML reads 1.0e+20 or 5.0 as one) or a boolean is refused, not rounded or read as 1."""
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        kind = (
-            " (true/false is not a number)"
-            if isinstance(value, bool)
-            else " (a float: write the digits of a whole number)"
-            if isinstance(value, float)
-            else ""
-        )
-        raise PipelineConfigError(
-            f"{where}: {key} must be a whole number >= {low:,} and <= {high:,} ({why}), not {value!r}{kind}"
-        )
-    return value
 
 
 @dataclass(frozen=True)

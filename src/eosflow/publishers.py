@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow import names
-from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file, whole_number
+from eosflow.declaration_numbers import whole_number
+from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
 from eosflow.settings import Settings
 
 # Every key a publisher's entry may have (docs/reference/pipelines.md lists them).

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import psycopg
 
 from eosflow import names
+from eosflow.declaration_numbers import whole_number
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
-from eosflow.pipelines import whole_number
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
