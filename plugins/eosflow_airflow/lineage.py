@@ -15,9 +15,9 @@ from __future__ import annotations
 from airflow.sdk import Asset
 
 from eosflow.assets import table_uri, topic_uri
+from eosflow.dbt_build import MART_COLUMNS
 from eosflow.pipelines import Pipeline
 from eosflow.settings import Settings, load
-from eosflow.verify import MART_COLUMNS
 
 # The orders marts (tag `orders` in the dbt project), in the schema dbt gives the pipeline.
 MART_TABLES = ("order_events", "event_counts_hourly", "orders_published")

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from eosflow import verify
+from eosflow import dbt_build
 from eosflow.produce import events
 from eosflow.produce.manifest import Manifest
 from tests.integration.ingest_case import IngestCase
@@ -53,8 +53,8 @@ class Ingested:
         with self.conn.transaction():
             self.conn.execute(sql.SQL(statement).format(t=self.table), params)
 
-    def dbt(self) -> verify.VerifyResult:
-        return verify.run_dbt(self.case.settings, self.case.name, self.case.table.split(".", 1)[1])
+    def dbt(self) -> dbt_build.VerifyResult:
+        return dbt_build.run_dbt(self.case.settings, self.case.name, self.case.table.split(".", 1)[1])
 
     def snapshot(self) -> None:
         for snap, source, where in self._tables():
@@ -116,7 +116,7 @@ def ingested(running_stack, tmp_path_factory) -> Iterator[Ingested]:
 
 
 @pytest.fixture(scope="module")
-def clean(ingested) -> tuple[verify.VerifyResult, dict[str, list[tuple]]]:
+def clean(ingested) -> tuple[dbt_build.VerifyResult, dict[str, list[tuple]]]:
     """dbt on the untouched ingest, and the marts it built (read before any corruption)."""
     result = ingested.dbt()
     schema = f"analytics_{ingested.case.name}"
@@ -295,7 +295,7 @@ def test_each_corruption_fails_exactly_its_test(ingested, clean, corruption):
         assert row["topic"] == ingested.case.topic
     table = result.table()
     assert f"{failed.invariant} {expected_test}" in table and "FAILED: 1 offending row" in table
-    assert verify._render(row) in table
+    assert dbt_build._render(row) in table
 
     if corruption == "producer_duplicate":  # the marts were still built, each event id once
         mart = f"analytics_{ingested.case.name}.order_events"

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eosflow.dbt_build import CheckResult, VerifyResult
 from eosflow.sinks.iceberg import maintenance, storage
 from eosflow.sinks.iceberg.files import _Writers
 from eosflow.sinks.iceberg.names import name_part, readable_name
-from eosflow.verify import CheckResult, VerifyResult
 
 SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 OLD_BATCH = "backfill__20261126T152610_1ff693:replay:orders:0:0-100"

@@ -80,13 +80,13 @@ def test_an_installed_eosflow_finds_all_of_it_without_the_checkout(wheel, tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     probe = """
 import json
-from eosflow import settings, verify
+from eosflow import dbt_build, settings
 from eosflow.spark import submit
 from eosflow.ledger import migrate
 import eosflow_airflow.dags, eosflow_airflow.hooks.eosflow
 print(json.dumps({
     "eosflow": __import__("eosflow").__file__,
-    "dbt": str(verify.DBT_PROJECT), "dbt_ok": (verify.DBT_PROJECT / "dbt_project.yml").exists(),
+    "dbt": str(dbt_build.DBT_PROJECT), "dbt_ok": (dbt_build.DBT_PROJECT / "dbt_project.yml").exists(),
     "entry": str(submit.SPARK_ENTRY), "entry_ok": submit.SPARK_ENTRY.exists(),
     "migrations": len(list(migrate.MIGRATIONS.glob("*.sql"))),
     "root": str(settings.load().root),

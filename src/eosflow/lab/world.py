@@ -277,7 +277,7 @@ class Lab:
     def invariants(self, p: LabPipeline) -> str:
         """dbt's verdict on the pipeline: I1-I6 as `eosflow verify` runs them (for a Kafka sink, its
         topics read back against the ledger; for a change stream, S1-S3 too)."""
-        from eosflow.verify import run_dbt
+        from eosflow.dbt_build import run_dbt
 
         if (
             p.writes_to_kafka or p.writes_to_iceberg or p.changes

@@ -25,9 +25,9 @@ import io
 import psycopg
 from psycopg import sql
 
+from eosflow.dbt_build import CheckResult, VerifyResult, run_dbt
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Pipeline
-from eosflow.verify import CheckResult, VerifyResult, run_dbt
 
 SCHEMA = "eosflow_iceberg"
 FILE_NAMES_CHECK = "iceberg_file_names"

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import psycopg
 
+from eosflow.dbt_build import CheckResult, VerifyResult
 from eosflow.rows import one_row
 from eosflow.schema.changes import TOMBSTONE, ChangeCheck, declared
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Pipeline
-from eosflow.verify import CheckResult, VerifyResult
 
 SHOWN = 5
 UNIQUE, COMMITTED, LAST, NO_DELETED, COUNTS = (

@@ -42,7 +42,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class KafkaVerifyResult:
-    """The same shape as verify.VerifyResult, so the CLI and the DAG's verify task print either."""
+    """The same shape as dbt_build.VerifyResult, so the CLI and the DAG's verify task print either."""
 
     pipeline: str
     checks: tuple[Finding, ...]

@@ -2,7 +2,7 @@
 
 Each Spark task COPYs its range into staging (stage.py); one Postgres transaction then makes the rows,
 the rejected rows, the ledger rows and the positions visible together (commit.py). dbt checks the
-invariants on the table (eosflow.verify).
+invariants on the table (eosflow.dbt_build).
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class PostgresSink(Sink):
             return commit_fn(conn, run.pipeline, run.plan, records_read, run.time_within, raw)
 
     def verify(self, settings: Settings, pipeline: Pipeline, marts: bool) -> Verdict:
-        from eosflow.verify import MART_COLUMNS, run_dbt
+        from eosflow.dbt_build import MART_COLUMNS, run_dbt
 
         declared = {c.name for c in pipeline.schema.columns}
         state = None
