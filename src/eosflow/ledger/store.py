@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from eosflow.errors import PipelineConfigError
 from eosflow.ledger.ranges import PartitionPlan, Plan
-from eosflow.pipelines import Pipeline
 from eosflow.rows import one_row
+
+if TYPE_CHECKING:  # a declaration loads the sinks, which import the ledger
+    from eosflow.pipelines import Pipeline
 
 
 def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, int | None]:

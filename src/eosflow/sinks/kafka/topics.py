@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from eosflow.errors import PipelineConfigError
 from eosflow.kafka_admin import create_topics, topic_limits
-from eosflow.pipelines import PipelineConfigError
 from eosflow.sinks.kafka.output import output_of
 from eosflow.sinks.protocol import Pipeline
 

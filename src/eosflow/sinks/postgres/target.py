@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 
-from eosflow.pipelines import PipelineConfigError
+from eosflow.errors import PipelineConfigError
 from eosflow.rows import one_row
 from eosflow.schema import ddl
 from eosflow.sinks.protocol import Pipeline

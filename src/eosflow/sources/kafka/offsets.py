@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from eosflow.kafka_client import KafkaConfig, admin_client, bootstrap
 from eosflow.ledger.planner import PartitionOffsets
-from eosflow.pipelines import InitialOffset
+
+if TYPE_CHECKING:  # a declaration loads the sinks, which read Kafka through the sources
+    from eosflow.pipelines import InitialOffset
 
 
 class TopicMissingError(RuntimeError):
