@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,9 +23,9 @@ from eosflow import settings as settings_mod
 from eosflow.spark.session import launch_conf
 from eosflow.spark.submit import SPARK_ENTRY, spark_env
 from eosflow_airflow.hooks.eosflow import EosflowHook
+from eosflow_airflow.hooks.spark_submit import JOB_PREFIX, EosflowSparkSubmitHook
 from eosflow_airflow.operators.tasks import acknowledge_hint
 
-JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.cli.ingest) prints to stderr
 _OUTCOME = re.compile(r"eosflow ingest: [A-Z]+(?: [A-Z]+)*: ")  # FENCED: ..., DATA LOSS: ..., FAILED: ...
 # The job's exit codes (eosflow.cli.ingest) for which the same try can only fail the same way.
 NOT_RETRIED = {
@@ -91,7 +90,6 @@ def submit_failure(returncode: int | None, job_lines: list[str], pipeline: str |
 class EosflowSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator with the settings and code of run time, and eosflow's failures."""
 
-    _job_lines: list[str]  # the job's own output lines of the current try (set in execute)
     _job_env: dict[str, str]  # spark-submit's environment, secrets included (set in execute, never templated)
 
     def execute(self, context: Any) -> None:
@@ -102,12 +100,13 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
         self._job_env = self.job_env(hook, settings)
         self.py_files = str(package(settings))  # this version's own archive, whatever others build
         self._hook = None  # built from the values above
-        self._job_lines = []
         try:
             return super().execute(context)
         except Exception as exc:
-            sp = self._hook._submit_sp if self._hook is not None else None
-            failure = submit_failure(sp.returncode if sp else None, self._job_lines, self._pipeline())
+            spark = self._hook
+            if not isinstance(spark, EosflowSparkSubmitHook):
+                raise  # it failed before spark-submit ran
+            failure = submit_failure(spark.returncode, spark.job_lines, self._pipeline())
             if failure is None:
                 raise
             raise failure from exc
@@ -119,24 +118,48 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
         worker = {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
         return {**spark_env(settings), **worker, **(self.env_vars or {}), **hook.job_env(settings)}
 
-    def _get_hook(self):
-        # The provider hands env_vars to the hook when it builds it; the job's environment goes there for
-        # that moment only, so the template field itself never holds a secret (not even after execute).
-        rendered, self.env_vars = self.env_vars, getattr(self, "_job_env", None) or self.env_vars
-        try:
-            hook = super()._get_hook()
-        finally:
-            self.env_vars = rendered
-        # The provider logs every line of spark-submit's output here; keep the job's own lines too.
-        process = hook._process_spark_submit_log
-        hook._process_spark_submit_log = lambda lines: process(self._keep_job_lines(lines))
-        return hook
+    def _get_hook(self) -> EosflowSparkSubmitHook:
+        """The provider's SparkSubmitOperator._get_hook (6.3.4) with eosflow's hook and the job's environment.
 
-    def _keep_job_lines(self, lines: Iterator[str]) -> Iterator[str]:
-        for raw in lines:
-            if raw.strip().startswith(JOB_PREFIX):
-                self._job_lines.append(raw.strip())
-            yield raw
+        The environment goes to the hook only, so the template field env_vars never holds a secret (not even
+        after execute). The arguments are the provider's own, attribute for attribute;
+        tests/airflow/test_spark_failures.py fails when its hook takes one this call does not pass.
+        """
+        return EosflowSparkSubmitHook(
+            conf=self.conf,
+            conn_id=self._conn_id,
+            files=self.files,
+            py_files=self.py_files,
+            archives=self._archives,
+            driver_class_path=self.driver_class_path,
+            jars=self.jars,
+            java_class=self._java_class,
+            packages=self.packages,
+            exclude_packages=self.exclude_packages,
+            repositories=self._repositories,
+            total_executor_cores=self._total_executor_cores,
+            executor_cores=self._executor_cores,
+            executor_memory=self._executor_memory,
+            driver_memory=self._driver_memory,
+            keytab=self.keytab,
+            principal=self.principal,
+            proxy_user=self.proxy_user,
+            name=self.name,
+            num_executors=self._num_executors,
+            status_poll_interval=self._status_poll_interval,
+            application_args=self.application_args,
+            env_vars=getattr(self, "_job_env", None) or self.env_vars,
+            verbose=self._verbose,
+            spark_binary=self._spark_binary,
+            properties_file=self.properties_file,
+            yarn_queue=self._yarn_queue,
+            deploy_mode=self._deploy_mode,
+            use_krb5ccache=self._use_krb5ccache,
+            post_submit_commands=self.post_submit_commands,
+            track_driver_via_k8s_api=self._track_driver_via_k8s_api,
+            yarn_track_via_rm_api=self._yarn_track_via_rm_api,
+            yarn_rm_auth=self._yarn_rm_auth,
+        )
 
     def _pipeline(self) -> str | None:
         args = [str(a) for a in self.application_args or []]
