@@ -172,6 +172,7 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
     as any role that may call eosflow's two functions (the view's reader may; it reads neither the outbox
     nor other sessions' queries). What it cannot see it names, with the grant that lets it."""
     from eosflow.ledger import outbox_position
+    from eosflow.sources import outbox_offsets
 
     name = publisher.name
     role = conn.execute("select current_user").fetchone()[0]
@@ -180,7 +181,7 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
     if _waiting(conn, name, None) is None:  # never published: nothing waits
         return PublisherHealth(name, 0, None, (), stale_after_s)
     if publisher.delivery == "exactly_once":
-        current = outbox_position.read(kafka, publisher)
+        current = outbox_offsets.read(kafka, publisher)
     else:
         current = outbox_position.read_stored(conn, publisher)
     position = None if current is None else f"{current.xid}/{current.id}"

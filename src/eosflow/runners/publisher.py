@@ -22,13 +22,14 @@ import psycopg
 
 from eosflow.faults import fault_point
 from eosflow.kafka_admin import TopicLimits, topic_limits
-from eosflow.ledger import outbox_position as position
+from eosflow.ledger import outbox_position
 from eosflow.ledger.migrate import migrate
+from eosflow.ledger.outbox_position import Position
 from eosflow.publishers import Publisher
 from eosflow.rows import one_row
 from eosflow.settings import Settings
-from eosflow.sources import outbox
-from eosflow.sources.outbox import OutboxRow, Position
+from eosflow.sources import outbox, outbox_offsets
+from eosflow.sources.outbox import OutboxRow
 from eosflow.sources.outbox_format import row_encoder
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def publish(
         id_type = outbox.prepare(conn, publisher, log)
         outbox.configure_reads(conn)
         encode = row_encoder(conn, settings, publisher)  # a registered schema first: refused before any write
-        position.ensure_topics(settings.kafka, publisher, log)
+        outbox_offsets.ensure_topics(settings.kafka, publisher, log)
         limit = topic_limits(settings.kafka, [publisher.topic, publisher.rejected_topic])
         limit.refuse_a_compacted_dead_letter_topic(publisher.rejected_topic)
         failed = _Undelivered()
@@ -139,9 +140,9 @@ def publish(
         producer = Producer(config)
         if exactly_once:
             producer.init_transactions(_TIMEOUT_S)  # fences a zombie publisher, aborts its open batch
-            current = position.read(settings.kafka, publisher)  # only after the fencing
+            current = outbox_offsets.read(settings.kafka, publisher)  # only after the fencing
         else:
-            current = position.read_stored(conn, publisher)
+            current = outbox_position.read_stored(conn, publisher)
         _refuse_a_position_from_the_future(conn, publisher, current)
         summary.started_at = current
         log(
@@ -202,7 +203,7 @@ def _one_transaction(
     producer.begin_transaction()
     rejected = _produce_rows(producer, publisher, rows, limit, encode)
     last = outbox.position_of(rows[-1], publisher)
-    _produce(producer, publisher.offsets_topic, position.key(publisher), last.to_json().encode(), None)
+    _produce(producer, publisher.offsets_topic, outbox_offsets.key(publisher), last.to_json().encode(), None)
     producer.flush(_TIMEOUT_S)  # commit_transaction would flush them too: in the log, not yet visible
     fault_point("publish_in_transaction")  # records and position produced, the transaction open
     producer.commit_transaction(_TIMEOUT_S)
@@ -232,7 +233,7 @@ def _produce_then_store(
         )
     fault_point("publish_in_transaction")  # the records delivered, the position not stored
     last = outbox.position_of(rows[-1], publisher)
-    position.store(conn, publisher, last)
+    outbox_position.store(conn, publisher, last)
     return last, rejected
 
 

@@ -17,10 +17,8 @@ has none: the row is Unpublishable, and the publisher sends it to its dead-lette
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
@@ -33,6 +31,7 @@ from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoade
 from psycopg.types.range import Range
 from psycopg.types.string import TextLoader
 
+from eosflow.ledger.outbox_position import Position
 from eosflow.pipelines import PipelineConfigError
 from eosflow.publishers import Publisher
 from eosflow.rows import one_row
@@ -41,22 +40,6 @@ from eosflow.schema.arrow import json_text
 # An outbox row as psycopg's dict_row reads it: its columns by name, the publisher's own table's.
 OutboxRow = dict[str, Any]
 XID_COLUMN = "eosflow_xid"
-
-
-@dataclass(frozen=True)
-class Position:
-    """The last row published: its inserting transaction's id and its id column's value, as text."""
-
-    xid: int
-    id: str
-
-    def to_json(self) -> str:
-        return json.dumps({"xid": self.xid, "id": self.id})
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Position:
-        body = json.loads(text)
-        return cls(int(body["xid"]), str(body["id"]))
 
 
 def prepare(
