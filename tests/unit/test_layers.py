@@ -177,6 +177,25 @@ def test_no_import_circles_in_src():
     assert circles(import_graph()) == []
 
 
+def test_the_ledger_never_imports_a_source():
+    """The ledger sits below the sources, as Spark's Kafka source is built: its KafkaOffsetRangeCalculator
+    turns offsets into immutable ranges, and each task is handed the range it reads. So the ledger holds the
+    values (a range, a plan, a publisher's Position), the pure planner and what the warehouse stores of
+    them; a source asks Kafka or an outbox what there is and reads the range it is given, importing those
+    values. A ledger that read a source back (the publisher's offsets topic once did) would point the
+    arrow both ways: what reads Kafka is a source's (eosflow.sources.outbox_offsets)."""
+    graph = import_graph()
+    offenders = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if _within(m, ("eosflow.ledger",))
+        for t in targets
+        if _within(t, ("eosflow.sources",))
+    )
+    assert offenders == []
+    assert "eosflow.ledger.ranges" in graph["eosflow.sources.kafka.read"]  # the other way is the way
+
+
 def test_the_sinks_never_import_a_declaration_verify_or_a_runner():
     """A sink is asked, through eosflow.sinks.protocol: a declaration (eosflow.pipelines) loads the sinks
     through the registry, verify asks them for their verdict, and a runner hands them its read as a

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
@@ -31,11 +31,13 @@ from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoade
 from psycopg.types.range import Range
 from psycopg.types.string import TextLoader
 
+from eosflow.errors import PipelineConfigError
 from eosflow.ledger.outbox_position import Position
-from eosflow.pipelines import PipelineConfigError
-from eosflow.publishers import Publisher
 from eosflow.rows import one_row
 from eosflow.schema.arrow import json_text
+
+if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
+    from eosflow.publishers import Publisher
 
 # An outbox row as psycopg's dict_row reads it: its columns by name, the publisher's own table's.
 OutboxRow = dict[str, Any]

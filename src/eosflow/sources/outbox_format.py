@@ -16,15 +16,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from eosflow.publishers import Publisher
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.types import MAX_NUMERIC_PRECISION, parse_type
 from eosflow.settings import Settings
 from eosflow.sources import outbox
+
+if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
+    from eosflow.publishers import Publisher
 
 _SCALARS = {
     "text": "text",
