@@ -34,7 +34,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from eosflow import pipelines as pipelines_mod
-from eosflow.cli import ingest as ingest_cli
 from eosflow.faults import SINK_FAULT_POINTS
 from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
@@ -46,6 +45,7 @@ from eosflow.runners import backfill_run, job
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
 from eosflow.sources.kafka.range_read import ReadDataLossError
+from eosflow.spark import job_main as ingest_cli
 from tests import orders
 from tests.random.formats import FORMATS, Codec
 from tests.random.model import PipelineModel, Rows, compare

@@ -185,9 +185,9 @@ def test_every_outcome_line_names_a_troubleshooting_entry_that_exists():
 def test_an_ingest_that_fails_prints_its_outcome_then_its_entry(monkeypatch, capsys):
     import argparse
 
-    from eosflow.cli import ingest
     from eosflow.ledger.positions import FencedError
     from eosflow.runners import database, job
+    from eosflow.spark import job_main as ingest
 
     def fenced(*args, **kwargs):
         raise FencedError("batch b: another run committed orders[0] first")

@@ -68,7 +68,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from eosflow.cli.ingest import execute
+    from eosflow.spark.job_main import execute
 
     return execute(args, settings_mod.load())
 
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_produce_arguments(p)
     p.set_defaults(func=cmd_produce)
 
-    from eosflow.cli.ingest import add_arguments as add_ingest_arguments
+    from eosflow.spark.job_main import add_arguments as add_ingest_arguments
 
     p = sub.add_parser("ingest", help="one exactly-once ingestion run of a pipeline (plan, read, commit)")
     add_ingest_arguments(p)

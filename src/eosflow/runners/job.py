@@ -1,7 +1,7 @@
 """One ingestion run, step by step as docs/DESIGN.md says: plan, read, transform, then the pipeline's sink
 writes and commits (eosflow.sinks.protocol).
 
-`run()` is what `eosflow ingest` and the spark-submit entry point (spark/ingest_job.py) both call.
+`run()` is what `eosflow ingest` and the spark-submit entry point (eosflow.spark.job_main) both call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`eosflow ingest` and `spark-submit spark/ingest_job.py`: same arguments, same summary, same exit codes.
+"""The Spark job's entry: one ingestion run's arguments, summary and exit codes, the same for spark-submit
+(eosflow/spark/task.py runs `main`) and for `eosflow ingest` (the CLI calls `add_arguments` and `execute`).
 
 Exit codes: 0 committed or already committed; 2 bad configuration or input (a refused range, a
 re-created topic); 3 fenced by another run; 4 data loss not acknowledged; 5 the batch did not add
