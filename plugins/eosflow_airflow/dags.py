@@ -58,7 +58,7 @@ DEFAULT_ARGS = {
     "owner": "eosflow",
     "retries": 2,
     "retry_delay": timedelta(seconds=20),
-    # A task that fails after its retries says why in one line: its log, and EOSFLOW_ALERT_WEBHOOK if set.
+    # A task that fails after its retries says why in one line: its log, and the alerts webhook if set.
     "on_failure_callback": [FailureAlert()],
 }
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -51,6 +51,10 @@ SECRETS = {
             "extra": {"ssl.ca.location": "/etc/ca.pem"},
         }
     ),
+    "AIRFLOW_CONN_EOSFLOW_ALERTS": json.dumps(
+        {"conn_type": "http", "host": "https://hooks.example", "password": "services/conn-S3CRET-m13"}
+    ),
+    "EOSFLOW_ALERT_WEBHOOK": "https://hooks.example/services/env-S3CRET-n14",
 }
 MARKERS = ["S3CRET"]  # every secret above holds it, and nothing else does
 

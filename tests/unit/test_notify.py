@@ -1,9 +1,11 @@
-"""The failure alert: one line saying why, in the task log and POSTed to EOSFLOW_ALERT_WEBHOOK."""
+"""The failure alert: one line saying why, in the task log and POSTed to the webhook (the `eosflow_alerts`
+connection, else EOSFLOW_ALERT_WEBHOOK)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -89,11 +91,14 @@ class _Receiver:
 
     def __init__(self, status: int = 204):
         received = self.received = []
+        self.headers_seen: list[dict[str, str]] = []
+        self_ = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 received.append((self.path, self.headers["Content-Type"], json.loads(body)))
+                self_.headers_seen.append(dict(self.headers))
                 self.send_response(status)
                 self.end_headers()
 
@@ -143,3 +148,57 @@ def test_a_webhook_answering_an_error_never_fails_the_callback(caplog):
         failing.close()
     assert len(failing.received) == 1
     assert "answered 500" in caplog.text and "secret-token" not in caplog.text
+
+
+def _alerts_connection(monkeypatch, **fields) -> None:
+    """The `eosflow_alerts` connection as a secrets backend gives it (Airflow reads AIRFLOW_CONN_*)."""
+    monkeypatch.setenv("AIRFLOW_CONN_EOSFLOW_ALERTS", json.dumps({"conn_type": "http", **fields}))
+
+
+def test_the_eosflow_alerts_connection_is_the_webhook_its_password_the_secret_end_of_the_url(
+    receiver, monkeypatch, caplog
+):
+    """host: the URL up to its secret; password: the secret, appended as a path; extra: headers. The
+    connection wins over the worker's EOSFLOW_ALERT_WEBHOOK, and no log line holds the secret."""
+    base = receiver.url.removesuffix("/secret-token")  # http://127.0.0.1:<port>/hooks
+    _alerts_connection(monkeypatch, host=base, password="secret-token", extra={"X-Alert-Key": "key-1"})
+    monkeypatch.setenv(alerts.WEBHOOK_ENV, "http://127.0.0.1:9/the-environment-s")  # the fallback only
+    with caplog.at_level(logging.INFO, logger=alerts.__name__):
+        alerts.FailureAlert()(_context(RuntimeError("FENCED: batch b-2 was fenced\ndetails")))
+    [(path, content_type, body)] = receiver.received
+    assert path == "/hooks/secret-token" and content_type == "application/json"
+    assert body["reason"] == "FENCED: batch b-2 was fenced"
+    assert receiver.headers_seen[0]["X-Alert-Key"] == "key-1"
+    assert "alert sent to http://127.0.0.1:" in caplog.text and "secret-token" not in caplog.text
+
+
+def test_a_connection_s_secret_may_be_a_query_and_its_host_take_schema_and_port(
+    receiver, monkeypatch, caplog
+):
+    port = receiver.server.server_port
+    _alerts_connection(
+        monkeypatch, host="127.0.0.1", schema="http", port=port, password="?token=secret-token"
+    )
+    with caplog.at_level(logging.INFO, logger=alerts.__name__):
+        alerts.FailureAlert()(_context(RuntimeError("the reason")))
+    [(path, _, body)] = receiver.received
+    assert path == "/?token=secret-token" and body["reason"] == "the reason"
+    assert "secret-token" not in caplog.text
+
+
+def test_a_connection_holding_a_bad_url_is_logged_without_its_secret_and_never_fails_the_callback(
+    monkeypatch, caplog
+):
+    _alerts_connection(monkeypatch, password="htp:/nowhere/secret-token")  # no host: the password is all
+    with caplog.at_level(logging.ERROR, logger=alerts.__name__):
+        alerts.FailureAlert(timeout=2)(_context(RuntimeError("the reason")))
+    assert "the reason" in caplog.text and "could not POST" in caplog.text
+    assert "secret-token" not in caplog.text
+
+
+def test_without_the_connection_the_worker_s_environment_is_the_webhook(receiver, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_EOSFLOW_ALERTS", raising=False)
+    assert "AIRFLOW_CONN_EOSFLOW_ALERTS" not in os.environ
+    monkeypatch.setenv(alerts.WEBHOOK_ENV, receiver.url)
+    alerts.FailureAlert()(_context(RuntimeError("the reason")))
+    assert [path for path, _, _ in receiver.received] == ["/hooks/secret-token"]

@@ -15,7 +15,7 @@ REGISTRY_CONN_ID = "eosflow_schema_registry"
 ICEBERG_CONN_ID = "iceberg_default"
 
 
-def _defined(conn_id: str) -> Any | None:
+def defined_connection(conn_id: str) -> Any | None:
     """The connection, or None when it is not defined (the worker's environment stands)."""
     try:
         return BaseHook.get_connection(conn_id)
@@ -57,7 +57,7 @@ class SchemaRegistryHook(BaseHook):
 
     def client_settings(self) -> tuple[str, tuple[tuple[str, str], ...]] | None:
         """(URL, client settings) from the connection, or None when it is not defined."""
-        conn = _defined(self.registry_conn_id)
+        conn = defined_connection(self.registry_conn_id)
         if conn is None or not conn.host:
             return None
         config = _strings(dict(conn.extra_dejson))
@@ -93,7 +93,7 @@ class IcebergCatalogHook(BaseHook):
 
     def catalog_properties(self) -> tuple[tuple[str, str], ...] | None:
         """The catalog's PyIceberg properties, or None when the connection is not defined."""
-        conn = _defined(self.iceberg_conn_id)
+        conn = defined_connection(self.iceberg_conn_id)
         if conn is None:
             return None
         extra = dict(conn.extra_dejson)
