@@ -1,5 +1,7 @@
-"""The code's layers point one way: no import circles in `src/eosflow`; the core never imports the dev
-tools (the stack, the lab, the bench, the producer, the demo), which import the core; and nothing but
+"""The code's layers point one way: no import circles in `src/eosflow`, between modules or between packages;
+the layers docs/development/layout.md draws hold (the ledger below the sources, the sinks below the
+declarations, verify and the runners, the Spark job's entry and then the CLI on top); the core never imports
+the dev tools (the stack, the lab, the bench, the producer, the demo), which import the core; and nothing but
 the CLI's sink-specific maintenance commands reaches into a sink's own package: runners, verify and the
 Airflow glue ask the sink (eosflow.sinks.protocol).
 
@@ -12,6 +14,7 @@ in eosflow/sinks/registry.py, a module named in a string), which every pipeline 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Collection
 from functools import cache
 from pathlib import Path
@@ -22,10 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 PLUGINS = ROOT / "plugins"
 REGISTRY = SRC / "eosflow" / "sinks" / "registry.py"
+LAYOUT = ROOT / "docs" / "development" / "layout.md"
 # Dev tools and what only they use; `eosflow.cli` offers them as subcommands, so it may import them.
 TOOLS = ("eosflow.stack", "eosflow.lab", "eosflow.bench", "eosflow.produce", "eosflow.demo")
 ENTRY_POINTS = ("eosflow.cli",)
-SINK_PACKAGES = ("eosflow.sinks.postgres", "eosflow.sinks.kafka")
+# The Spark job's entry: above the runners it runs, while the rest of eosflow.spark (the session, the
+# workers' errors) is below them; `eosflow ingest` calls it, spark-submit runs task.py, which imports it.
+JOB_ENTRY = ("eosflow.spark.job_main", "eosflow.spark.task")
+SINK_PACKAGES = ("eosflow.sinks.postgres", "eosflow.sinks.kafka", "eosflow.sinks.iceberg")
 # Who may import a sink's own package: the sinks, the dev tools (the lab and the bench measure each
 # sink), and the CLI (`eosflow partition` migrates a warehouse table).
 SINK_IMPORTERS = ("eosflow.sinks",) + TOOLS + ENTRY_POINTS
@@ -212,6 +219,92 @@ def test_the_sinks_never_import_a_declaration_verify_or_a_runner():
         if _within(t, above)
     )
     assert offenders == []
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """eosflow's packages and top-level modules (eosflow.sinks, eosflow.pipelines, ...) and which others each
+    imports; the Spark job's entry is a node of its own (JOB_ENTRY)."""
+
+    def node(module: str) -> str:
+        return module if _within(module, JOB_ENTRY) else ".".join(module.split(".")[:2])
+
+    packages: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        if _within(m, ("eosflow",)):
+            packages.setdefault(node(m), set()).update(
+                node(t) for t in targets if _within(t, ("eosflow",)) and node(t) != node(m)
+            )
+    return packages
+
+
+def test_no_import_circles_between_packages():
+    """Imports point one way between eosflow's packages, not only between its modules: a package that
+    imports another, which imports it back through other modules (the ledger and the sources, the sinks
+    and verify once did), is one layer in two places, and the next import closes a circle."""
+    assert circles(package_graph(import_graph())) == []
+
+
+def test_the_spark_job_enters_through_eosflow_spark_and_the_cli_is_imported_by_none():
+    """The job's arguments and exit codes are eosflow.spark.job_main's: spark-submit runs task.py, which
+    imports it, and `eosflow ingest` calls it. The CLI is the top: nothing imports it, the Spark job's
+    entry least of all (it once entered through eosflow.cli.ingest)."""
+    graph = import_graph()
+    offenders = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if not _within(m, ENTRY_POINTS)
+        for t in targets
+        if _within(t, ENTRY_POINTS)
+    )
+    assert offenders == []
+    assert graph["eosflow.spark.task"] == {"eosflow.spark.job_main"}
+    assert "eosflow.spark.job_main" in graph["eosflow.cli.main"]
+
+
+def layout_layers() -> list[tuple[str, ...]]:
+    """The layers of docs/development/layout.md's "Layers" table, first to last: each row's first cell names
+    its modules (`name.py`) and packages (`name/`) under src/eosflow."""
+    text = LAYOUT.read_text()
+    section = text[text.index("## Layers") :].split("\n## ", 1)[0]
+    layers = []
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("| layer"):
+            cell = line.split(" | ")[0]
+            names = re.findall(r"`([^`]+)`", cell)
+            layers.append(
+                tuple(
+                    "eosflow." + n.removesuffix(".py").removesuffix("/").replace("/", ".")
+                    for n in names
+                    if n.endswith((".py", "/"))
+                )
+            )
+    return layers
+
+
+def test_the_layers_in_layout_md_hold():
+    """The map in docs/development/layout.md is the code's: every eosflow module is in a layer (the most
+    specific name that covers it), and imports only its own layer's modules or an earlier layer's."""
+    layers = layout_layers()
+
+    def layer(module: str) -> tuple[int, str] | None:
+        found = [
+            (len(name), i, name)
+            for i, names in enumerate(layers)
+            for name in names
+            if _within(module, (name,))
+        ]
+        return max(found)[1:] if found else None
+
+    graph = import_graph()
+    placed = {m: layer(m) for m in graph if _within(m, ("eosflow",)) and m != "eosflow"}  # not the package
+    assert sorted(m for m, at in placed.items() if at is None) == [], "place these in layout.md's Layers"
+    later = sorted(
+        f"{m} imports {t}, of a later layer ({at[1]})"
+        for m, here in placed.items()
+        for t in graph[m]
+        if here and (at := placed.get(t)) and at[0] > here[0]
+    )
+    assert later == []
 
 
 def test_only_the_sinks_tools_and_cli_reach_into_a_sink():
