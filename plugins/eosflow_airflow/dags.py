@@ -23,6 +23,7 @@ from eosflow.observe.health import publisher_stale_limit, stale_limits
 from eosflow.pipelines import Pipeline, PipelineConfigError, databases, load_databases, load_each
 from eosflow.publishers import Publisher, load_each_publisher
 from eosflow.settings import Settings, ingest_interval, load
+from eosflow_airflow.hooks.eosflow import with_pipelines_variable
 from eosflow_airflow.lineage import (
     input_assets,
     mart_assets,
@@ -64,12 +65,18 @@ DEFAULT_ARGS = {
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def parse_settings() -> Settings:
+    """The settings a DAG file is parsed with: the worker's environment, and the pipelines file the Variable
+    eosflow_pipelines names when it is defined (read once per DAG file; no connection is read at parse)."""
+    return with_pipelines_variable(load())
+
+
 def declared_pipelines(settings: Settings | None = None, path: Path | None = None) -> dict[str, Pipeline]:
     """The pipelines pipelines.yml declares that parse. A refused one is left out, with a warning in the
     parse log, so it never takes the others' DAGs with it; dag_files/eosflow_config_errors.py reports it in
     the UI. A fault of the file itself (not YAML, a name twice) still raises: no pipeline can be trusted
     then."""
-    good, bad = load_each(settings or load(), path)
+    good, bad = load_each(settings or parse_settings(), path)
     for name, error in bad.items():
         log.warning("pipeline %r is refused, its DAGs are not made: %s", name, error)
     return good
@@ -77,7 +84,7 @@ def declared_pipelines(settings: Settings | None = None, path: Path | None = Non
 
 def declared_publishers(settings: Settings | None = None, path: Path | None = None) -> dict[str, Publisher]:
     """The publishers pipelines.yml declares that parse; a refused one is left out, as a pipeline is."""
-    good, bad = load_each_publisher(settings or load(), path)
+    good, bad = load_each_publisher(settings or parse_settings(), path)
     for name, error in bad.items():
         log.warning("publisher %r is refused, its DAG is not made: %s", name, error)
     return good
@@ -88,7 +95,7 @@ def refuse_bad_pipelines(settings: Settings | None = None, path: Path | None = N
     DAG: Airflow shows it as that file's import error. The same error raised by a file that makes DAGs
     would hide them all: Airflow marks every DAG of a file with an import error stale
     (dag_processing.collection)."""
-    settings = settings or load()
+    settings = settings or parse_settings()
     _, bad = load_each(settings, path)
     bad |= load_databases(settings, path)[1]
     _, bad_publishers = load_each_publisher(settings, path)
@@ -187,7 +194,7 @@ def declared_databases(
 ) -> dict[str, databases.Database]:
     """The `database:` entries pipelines.yml declares that parse; a refused one is left out with a warning,
     as a pipeline is (dag_files/eosflow_config_errors.py names it)."""
-    good, bad = load_databases(settings or load(), path)
+    good, bad = load_databases(settings or parse_settings(), path)
     for name, error in bad.items():
         log.warning("database entry %r is refused, its DAG is not made: %s", name, error)
     return good

@@ -93,7 +93,10 @@ MODES = ("batch", "stream")
 
 
 def pipelines_file(settings: Settings) -> Path:
-    return Path(os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml")
+    """The settings' own (Airflow's Variable eosflow_pipelines), else EOSFLOW_PIPELINES, else the root's."""
+    return settings.pipelines_path or Path(
+        os.environ.get("EOSFLOW_PIPELINES") or settings.root / "pipelines.yml"
+    )
 
 
 class _Loader(yaml.SafeLoader):
@@ -130,7 +133,8 @@ def read_file(path: Path) -> dict:
         body = yaml.load(path.read_text(), Loader=_Loader) or {}  # noqa: S506 (a SafeLoader)
     except FileNotFoundError:
         raise PipelineConfigError(
-            f"no pipelines file at {path}; create one or set EOSFLOW_PIPELINES"
+            f"no pipelines file at {path}; create one, or point EOSFLOW_PIPELINES at yours (in Airflow: the "
+            "Variable eosflow_pipelines)"
         ) from None
     except _DuplicateKey as exc:
         raise PipelineConfigError(f"{path}: {exc}") from None

@@ -106,6 +106,9 @@ class Settings:
     # An Iceberg sink's catalog properties as Airflow's `iceberg_default` connection gives them; None: read
     # EOSFLOW_ICEBERG_CATALOG_PROPERTIES (eosflow.sinks.iceberg.config). May hold credentials.
     iceberg_catalog_properties: tuple[tuple[str, str], ...] | None = field(default=None, repr=False)
+    # The pipelines file as Airflow's Variable `eosflow_pipelines` names it; None: EOSFLOW_PIPELINES, else
+    # <root>/pipelines.yml (eosflow.pipelines.pipelines_file).
+    pipelines_path: Path | None = None
     # A plan spanning at most this many offsets is read in the run's own process, without Spark
     # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.
     # 0: every plan through Spark. EOSFLOW_INLINE_MAX_OFFSETS.

@@ -7,6 +7,7 @@ passwords; the DAGs Airflow would store (serialized) and what their tasks render
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jinja2
@@ -65,6 +66,8 @@ def dagbag(monkeypatch):
 
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
+    # The pipelines file as a deployment names it: the Variable eosflow_pipelines (no secret in it).
+    monkeypatch.setenv("AIRFLOW_VAR_EOSFLOW_PIPELINES", str(DAGS.parents[2] / "pipelines.yml"))
     bag = DagBag(dag_folder=str(DAGS))
     assert bag.import_errors == {}
     assert bag.dags
@@ -111,6 +114,7 @@ def test_the_spark_task_gets_its_secrets_when_it_runs_and_its_template_field_nev
     hook = EosflowHook()
     env = task.job_env(hook, hook.settings())
     assert env["EOSFLOW_PG_PASSWORD"] == "conn-S3CRET-f6"  # the connection, read at run time
+    assert env["EOSFLOW_PIPELINES"] == os.environ["AIRFLOW_VAR_EOSFLOW_PIPELINES"]  # the Variable, too
     assert json.loads(env["EOSFLOW_KAFKA_CONFIG"])["sasl.password"] == "conn-S3CRET-g7"
     # the registry's connection, not the worker's EOSFLOW_SCHEMA_REGISTRY_*: all of it, nothing mixed in
     assert env["EOSFLOW_SCHEMA_REGISTRY_URL"] == "https://registry.example:8081"

@@ -7,10 +7,12 @@ from eosflow_airflow.dags import (
     build_database_backfill_dag,
     declared_databases,
     declared_pipelines,
+    parse_settings,
 )
 
-for _pipeline in declared_pipelines().values():
+_settings = parse_settings()  # the pipelines file: the Variable eosflow_pipelines, else EOSFLOW_PIPELINES
+for _pipeline in declared_pipelines(_settings).values():
     globals()[f"eosflow_backfill_{_pipeline.name}"] = build_backfill_dag(_pipeline)
 # A database entry: one backfill DAG for its tables, the table a field of the form.
-for _database in declared_databases().values():
+for _database in declared_databases(_settings).values():
     globals()[f"eosflow_backfill_{_database.name}"] = build_database_backfill_dag(_database)

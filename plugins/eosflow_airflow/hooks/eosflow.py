@@ -1,19 +1,23 @@
 """Hooks: eosflow Settings built from Airflow connections (`warehouse`, `kafka_default`, and, when defined,
-`iceberg_default` and `eosflow_schema_registry`: eosflow_airflow.hooks.connection_types).
+`iceberg_default` and `eosflow_schema_registry`: eosflow_airflow.hooks.connection_types) and the Variable
+`eosflow_pipelines` (the pipelines file's path on the workers).
 
 Connections are the one place an Airflow deployment configures where Kafka, the warehouse and the
-Iceberg catalog are; the Spark job receives the same values as EOSFLOW_* variables.
+Iceberg catalog are; the Spark job receives the same values as EOSFLOW_* variables. What is not defined
+falls back to the worker's environment, the EOSFLOW_* variables the stand-alone CLI reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import TypedDict
 
 from airflow.sdk.bases.hook import BaseHook
 
 from eosflow import settings as settings_mod
+from eosflow.errors import PipelineConfigError
 from eosflow_airflow.hooks.connection_types import IcebergCatalogHook, SchemaRegistryHook
 
 
@@ -27,6 +31,32 @@ class _Registry(TypedDict, total=False):
 WAREHOUSE_CONN_ID = "warehouse"
 KAFKA_CONN_ID = "kafka_default"
 READER_CONN_ID = "warehouse_readonly"
+PIPELINES_VARIABLE = "eosflow_pipelines"
+
+
+def pipelines_variable() -> Path | None:
+    """The pipelines file's path as the Variable `eosflow_pipelines` holds it, or None when it is not defined
+    (EOSFLOW_PIPELINES, else <EOSFLOW_HOME>/pipelines.yml). A path, absolute: the DAG processor and the
+    workers read it from their own working directories."""
+    from airflow.sdk import Variable
+
+    value = str(Variable.get(PIPELINES_VARIABLE, default=None) or "").strip()
+    if not value:
+        return None
+    if "\n" in value or not value.startswith("/"):
+        shown = value.splitlines()[0][:80]
+        raise PipelineConfigError(
+            f"the Airflow Variable {PIPELINES_VARIABLE} must hold the absolute path of the pipelines file on "
+            f"the workers (as /opt/airflow/eosflow/pipelines.yml), not {shown!r}"
+            + ("...: the file's YAML goes in the file" if "\n" in value else "")
+        )
+    return Path(value)
+
+
+def with_pipelines_variable(settings: settings_mod.Settings) -> settings_mod.Settings:
+    """The settings with the pipelines file the Variable names, when it is defined."""
+    path = pipelines_variable()
+    return settings if path is None else dataclasses.replace(settings, pipelines_path=path)
 
 
 class EosflowHook(BaseHook):
@@ -48,7 +78,7 @@ class EosflowHook(BaseHook):
         kafka = dict(self.get_connection(self.kafka_conn_id).extra_dejson)
         bootstrap = str(kafka.pop("bootstrap.servers", "") or base.bootstrap_servers)
         return dataclasses.replace(
-            base,
+            with_pipelines_variable(base),
             pg_host=wh.host or base.pg_host,
             pg_port=int(wh.port or base.pg_port),
             pg_database=wh.schema or base.pg_database,
@@ -104,6 +134,7 @@ class EosflowHook(BaseHook):
                 "EOSFLOW_KAFKA_BOOTSTRAP_SERVERS": s.bootstrap_servers,
                 "EOSFLOW_KAFKA_CONFIG": json.dumps(dict(s.kafka_config)),
             }
+            | ({} if s.pipelines_path is None else {"EOSFLOW_PIPELINES": str(s.pipelines_path)})
             | (
                 {}
                 if not s.schema_registry_url
