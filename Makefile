@@ -15,11 +15,12 @@ setup: prereqs $(STAMP)
 prereqs:
 	@bash infra/prereqs.sh
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml dev/pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "eosflow needs Python 3.11 ($(PYTHON) not on PATH): install it, or run make PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	@# The product, and beside it the dev tools' distribution (dev/: the stack, lab, bench, producer, demo).
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]' -e ./dev
 	@# The Spark provider's pyspark-client overwrites pyspark's Python files; put 4.3.0 back every time.
 	$(BIN)/pip install -q --force-reinstall --no-deps pyspark==4.3.0
 	@touch $(STAMP)

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eosflow import pipelines
-from eosflow.produce import events
 from eosflow.settings import load as load_settings
 from eosflow.sinks.postgres import stage
 from eosflow.transform import REJECTED_COLUMNS, BatchCheck
+from eosflow_dev.produce import events
 
 BATCH = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.produce import events
-from eosflow.produce.manifest import Manifest
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.produce import events
+from eosflow_dev.produce.manifest import Manifest
+from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
 
 
 def produce_with_aborts(bootstrap: str, topic: str, partitions: int, count: int, seed: int) -> Manifest:

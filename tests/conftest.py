@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from eosflow import settings as settings_mod
-from eosflow import stack
-from eosflow.stack import airflow_local
+from eosflow_dev import stack
+from eosflow_dev.stack import airflow_local
 from tests.stack_servers import connect_server, iceberg_rest, s3_server  # noqa: F401  (fixtures)
 
 # Airflow reads its configuration when first imported: point it at a test home, the project's

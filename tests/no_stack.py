@@ -44,6 +44,6 @@ def _refuse(service: str, host: str, ports: dict[str, int]) -> None:
 def pytest_configure(config) -> None:
     # Every server of the stack (Kafka, Postgres, the registry, the JVM servers, the Spark cluster) checks its
     # ports just before it starts: the one place to refuse, after the checks a unit test may exercise.
-    from eosflow.stack import process
+    from eosflow_dev.stack import process
 
     process.require_free_ports = _refuse

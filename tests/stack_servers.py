@@ -1,4 +1,4 @@
-"""Fixtures for the stack's optional servers (eosflow.stack.optional), imported by tests/conftest.py.
+"""Fixtures for the stack's optional servers (eosflow_dev.stack.optional), imported by tests/conftest.py.
 
 `iceberg_rest`, `s3_server` and `connect_server` start the server on the project's own settings if it is
 not running (the first time, its jars are fetched: about 15-20 s each from an empty Maven cache) and leave
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from eosflow.stack import optional
+from eosflow_dev.stack import optional
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +29,6 @@ def s3_server(settings) -> optional.S3Details:
 def connect_server(settings) -> optional.ConnectDetails:
     """The stack's Kafka Connect worker with Debezium, on the stack's broker and Postgres: `.endpoint`,
     `.bootstrap_servers`, `.source_database`, `.source_conninfo` (its owner may make tables). Register
-    connectors with eosflow.stack.connect.register_postgres_source; use topic prefixes unique per test.
+    connectors with eosflow_dev.stack.connect.register_postgres_source; use topic prefixes unique per test.
     A Postgres started without wal_level = logical fails here, saying how to restart it."""
     return optional.connect(settings, log=lambda msg: None)

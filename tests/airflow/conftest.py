@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from eosflow.kafka_admin import admin
-from eosflow.stack import airflow_local
-from eosflow.stack import airflow_server as standalone
+from eosflow_dev.stack import airflow_local
+from eosflow_dev.stack import airflow_server as standalone
 from tests.integration.conftest import case  # noqa: F401  (a pipeline of its own per test)
 from tests.integration.ingest_case import IngestCase
 

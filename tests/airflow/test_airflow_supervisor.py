@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from eosflow.stack.airflow_server import free_port
+from eosflow_dev.stack.airflow_server import free_port
 
 
 def _group(pgid: int) -> list[psutil.Process]:

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from eosflow import pipelines
-from eosflow.produce import events
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
-from eosflow.stack import airflow_server as standalone
+from eosflow_dev.produce import events
+from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.stack import airflow_server as standalone
 from tests.airflow.test_browser import ARTIFACTS, browser, log_in, page  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 
 from eosflow.kafka_admin import admin
 from eosflow.sinks.kafka.produce import group_id as sink_group_id
-from eosflow.stack import airflow_server as standalone
+from eosflow_dev.stack import airflow_server as standalone
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration

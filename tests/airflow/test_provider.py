@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from eosflow import settings as settings_mod
-from eosflow.stack import airflow_local
+from eosflow_dev.stack import airflow_local
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 

@@ -14,8 +14,8 @@ import msgspec
 import psycopg
 import pytest
 
-from eosflow.bench import change_load, cli, merge_loop
-from eosflow.bench.results import CHANGE_MEASUREMENTS, read_csv
+from eosflow_dev.bench import change_load, cli, merge_loop
+from eosflow_dev.bench.results import CHANGE_MEASUREMENTS, read_csv
 
 CHANGES, KEYS, PARTITIONS = 3_000, 300, 2
 
@@ -84,9 +84,9 @@ def test_the_generator_keeps_the_counts_lsn_order_and_the_sources_end():
 def test_an_envelope_is_debeziums_and_both_readers_take_it():
     """The value is Debezium's JSON without the schema block; eosflow's change check and the merge loop's
     structs read the same row from it."""
-    from eosflow.bench.change_suite import COLUMNS
     from eosflow.schema.changes import ChangeCheck
     from eosflow.schema.declaration import parse_schema
+    from eosflow_dev.bench.change_suite import COLUMNS
 
     row = (7, "customer7.v2@example.com", "1234.50", 1_764_151_200_123_456, '{"tier":"gold"}')
     value = change_load.envelope("u", row, 5_000, 4_800, 9)
@@ -128,7 +128,7 @@ def test_the_merge_loop_imports_nothing_of_eosflows_own_path():
     import sys
 
     own = ("eosflow.schema", "eosflow.sinks", "eosflow.ledger")
-    code = f"import sys, eosflow.bench.merge_loop; print([m for m in sys.modules if m.startswith({own})])"
+    code = f"import sys, eosflow_dev.bench.merge_loop; print([m for m in sys.modules if m.startswith({own})])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

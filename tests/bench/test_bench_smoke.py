@@ -11,9 +11,9 @@ import argparse
 
 import pytest
 
-from eosflow.bench import ceilings, cli, eosflow_run, report
-from eosflow.bench.machine import Machine
-from eosflow.bench.results import MEASUREMENTS, OVERHEADS, WRITERS, Result, read_csv, write_csv
+from eosflow_dev.bench import ceilings, cli, eosflow_run, report
+from eosflow_dev.bench.machine import Machine
+from eosflow_dev.bench.results import MEASUREMENTS, OVERHEADS, WRITERS, Result, read_csv, write_csv
 
 RECORDS = 5_000
 PARTITIONS = 2

@@ -21,8 +21,8 @@ import pytest
 from psycopg import sql
 
 from eosflow import dbt_build
-from eosflow.produce import events
-from eosflow.produce.manifest import Manifest
+from eosflow_dev.produce import events
+from eosflow_dev.produce.manifest import Manifest
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration

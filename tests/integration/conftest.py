@@ -14,7 +14,7 @@ def case(running_stack, tmp_path, monkeypatch) -> IngestCase:
 
 @pytest.fixture
 def schema_registry(running_stack) -> RegistryConfig:
-    """The stack's schema registry: Apicurio Registry's Confluent-compatible API (eosflow.stack.registry)."""
+    """The stack's schema registry: Apicurio Registry's Confluent-compatible API (stack/registry.py)."""
     registry = running_stack.registry
     assert registry is not None, "the stack runs a schema registry unless EOSFLOW_REGISTRY_PORT=0"
     return registry

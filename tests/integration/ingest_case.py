@@ -14,12 +14,12 @@ import yaml
 
 from eosflow import pipelines
 from eosflow.kafka_admin import ensure_topic
-from eosflow.produce import events
-from eosflow.produce.manifest import Manifest
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
 from eosflow.runners import job
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
+from eosflow_dev.produce import events
+from eosflow_dev.produce.manifest import Manifest
+from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
 from tests import orders
 
 

@@ -6,7 +6,7 @@
   on the local disk;
 - `s3`: the SQL catalog, the table's files on the stack's S3 server (s3proxy, `--with s3`), a folder of
   the bucket per test.
-The servers are started the first time a test asks (eosflow.stack.optional), and left running for others.
+The servers are started the first time a test asks (eosflow_dev.stack.optional), and left running for others.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ LAKES = ("sql", "rest", "s3")
 
 def lake_properties(settings: Settings, kind: str, folder: str) -> dict[str, str] | None:
     """EOSFLOW_ICEBERG_CATALOG_PROPERTIES for `kind`, or None (the embedded default)."""
-    from eosflow.stack import optional
+    from eosflow_dev.stack import optional
 
     if kind == "sql":
         return None

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from eosflow.stack import airflow_local
+from eosflow_dev.stack import airflow_local
 
 pytestmark = pytest.mark.integration
 

@@ -26,11 +26,11 @@ from confluent_kafka.admin import AdminClient
 
 from eosflow import settings as settings_mod
 from eosflow.errors import StackError
-from eosflow.stack import connect, optional
-from eosflow.stack.connect import ConnectService
-from eosflow.stack.kafka import quiet_logger
-from eosflow.stack.postgres import PostgresService
-from eosflow.stack.process import pid_alive, port_is_free
+from eosflow_dev.stack import connect, optional
+from eosflow_dev.stack.connect import ConnectService
+from eosflow_dev.stack.kafka import quiet_logger
+from eosflow_dev.stack.postgres import PostgresService
+from eosflow_dev.stack.process import pid_alive, port_is_free
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from eosflow import pipelines
-from eosflow.stack import connect
 from eosflow.verify import verify_pipeline
+from eosflow_dev.stack import connect
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from eosflow.stack import connect
 from eosflow.verify import verify_pipeline
+from eosflow_dev.stack import connect
 
 pytestmark = pytest.mark.integration
 

@@ -508,7 +508,7 @@ def test_a_catalog_that_does_not_answer_is_refused_before_anything_is_written(ca
 def test_a_bucket_that_is_not_there_or_credentials_it_refuses_are_refused_without_the_secret(
     case, running_stack, monkeypatch, wrong
 ):
-    from eosflow.stack import optional
+    from eosflow_dev.stack import optional
 
     s3 = optional.s3(running_stack, log=lambda m: None)
     as_iceberg_sink(case)

@@ -132,7 +132,7 @@ def _wait_for_log_start(case, minimum: int, timeout: float = 90.0) -> int:
 def test_records_deleted_by_retention_before_the_first_run_fail_loudly_then_can_be_acknowledged(case):
     # Retention is real: records stamped two days ago fall outside a one-hour retention, so Kafka
     # deletes their segment; the fresh records after them stay.
-    from eosflow.produce import events
+    from eosflow_dev.produce import events
 
     case.write_config(initial_offset="offset:0")
     case.create_topic(1, {"retention.ms": "3600000", "segment.ms": "3600000"})

@@ -21,8 +21,8 @@ from eosflow.errors import PipelineConfigError
 from eosflow.kafka_admin import ensure_topic
 from eosflow.schema.changes import PLACEHOLDER
 from eosflow.sources.kafka.offsets import TopicMissingError
-from eosflow.stack import connect
 from eosflow.verify import verify_pipeline
+from eosflow_dev.stack import connect
 from tests.integration.test_change_streams import COLUMNS, Source
 
 pytestmark = pytest.mark.integration

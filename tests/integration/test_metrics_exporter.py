@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from eosflow.stack.airflow_server import free_port
+from eosflow_dev.stack.airflow_server import free_port
 
 pytestmark = pytest.mark.integration
 

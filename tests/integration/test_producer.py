@@ -8,10 +8,10 @@ from collections import defaultdict
 import pytest
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.produce import events
-from eosflow.produce.producer import Delivery, EventProducer, ProducerFenced, produce_stream
-from eosflow.produce.readback import read_topic
-from eosflow.produce.reconcile import reconcile
+from eosflow_dev.produce import events
+from eosflow_dev.produce.producer import Delivery, EventProducer, ProducerFenced, produce_stream
+from eosflow_dev.produce.readback import read_topic
+from eosflow_dev.produce.reconcile import reconcile
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_manifest_matches_what_a_read_committed_consumer_reads(running_stack, to
         seed=41,
     )
     path = produce_stream(producer, events.generate(41, 3_000), seed=41).write(tmp_path / "m.json")
-    from eosflow.produce.manifest import Manifest
+    from eosflow_dev.produce.manifest import Manifest
 
     manifest = Manifest.read(path)
     records = read_topic(s.bootstrap_servers, topic, "read_committed")

@@ -1,6 +1,6 @@
 """The same ingestion job, unchanged, on a Spark standalone cluster reading a three-broker KRaft cluster.
 
-A master and two one-core workers started with pyspark's own `spark-class` (eosflow.stack.spark_cluster),
+A master and two one-core workers started with pyspark's own `spark-class` (eosflow_dev.stack.spark_cluster),
 the lab's three-node Kafka cluster (topic replicated three ways, min.insync.replicas 2), and the stack's
 warehouse: `eosflow ingest` with EOSFLOW_SPARK_MASTER=spark://... and the three brokers as bootstrap
 servers lands every committed record once, and the invariants hold.
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from eosflow.lab.cluster import KraftCluster
-from eosflow.produce import events
-from eosflow.produce.producer import Delivery, EventProducer, produce_stream
-from eosflow.stack.process import port_is_free
-from eosflow.stack.spark_cluster import ClusterPorts, SparkCluster
+from eosflow_dev.lab.cluster import KraftCluster
+from eosflow_dev.produce import events
+from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.stack.process import port_is_free
+from eosflow_dev.stack.spark_cluster import ClusterPorts, SparkCluster
 
 pytestmark = pytest.mark.integration
 

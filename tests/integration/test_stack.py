@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from eosflow.stack.process import port_is_free
+from eosflow_dev.stack.process import port_is_free
 
 pytestmark = pytest.mark.integration
 

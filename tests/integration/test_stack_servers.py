@@ -19,10 +19,10 @@ import pytest
 from pyarrow import fs as pafs
 
 from eosflow import settings as settings_mod
-from eosflow.stack import optional
-from eosflow.stack.iceberg_rest import IcebergRestService
-from eosflow.stack.process import pid_alive, port_is_free
-from eosflow.stack.s3_server import S3Service, filesystem
+from eosflow_dev.stack import optional
+from eosflow_dev.stack.iceberg_rest import IcebergRestService
+from eosflow_dev.stack.process import pid_alive, port_is_free
+from eosflow_dev.stack.s3_server import S3Service, filesystem
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from eosflow.kafka_admin import admin, delete_topic
 from eosflow.ledger import positions
 from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.ranges import OffsetRange
-from eosflow.produce import events
 from eosflow.runners import backfill_run, job
 from eosflow.sinks.postgres import partitions
 from eosflow.sources.kafka.offsets import topic_id
+from eosflow_dev.produce import events
 
 pytestmark = pytest.mark.integration
 

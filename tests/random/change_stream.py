@@ -45,9 +45,9 @@ from eosflow.ledger.backfill import BackfillError, BackfillRequest
 from eosflow.ledger.migrate import migrate
 from eosflow.runners import backfill_run, job
 from eosflow.sinks.postgres import invariants
-from eosflow.stack import connect, optional
-from eosflow.stack.connect import ConnectService
 from eosflow.verify import verify_pipeline
+from eosflow_dev.stack import connect, optional
+from eosflow_dev.stack.connect import ConnectService
 from tests import orders
 from tests.random.machine import EXIT_LABEL, Bookkeeping, _label, _quiet
 from tests.random.world import spawn_ingest

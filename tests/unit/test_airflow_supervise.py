@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from eosflow.stack import airflow_local
+from eosflow_dev.stack import airflow_local
 
 
 def _fake_airflow(script: str, processes: int = 3) -> subprocess.Popen:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from eosflow.bench.eosflow_run import write_pipelines_file
 from eosflow.ledger.planner import PartitionOffsets, plan_partitions
+from eosflow_dev.bench.eosflow_run import write_pipelines_file
 
 
 def test_one_run_reads_a_one_partition_topic_whole_despite_its_transaction_markers(tmp_path):

@@ -23,17 +23,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
 
-from eosflow.bench.change_load import envelope, generate
 from eosflow.pipelines import _parse
 from eosflow.schema.changes import PLACEHOLDER, ChangeCheck
 from eosflow.schema.compiled import MAX_DEPTH
+from eosflow_dev.bench.change_load import envelope, generate
 from tests.unit import test_change_check
 
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
 UUID_A = "0b9a4f3e-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
 
-# The bench's customers table (eosflow.bench.change_load), test_change_check's, and one with every type and
-# rule, a two-column key and a numeric past 15 digits (every float then read as a Decimal).
+# The bench's customers table (eosflow_dev.bench.change_load), test_change_check's, and one with every type
+# and rule, a two-column key and a numeric past 15 digits (every float then read as a Decimal).
 CUSTOMERS = [
     {"name": "id", "type": "bigint", "required": True},
     {"name": "email", "type": "text", "required": True},

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
-from eosflow.produce import events
 from eosflow.transform import BatchCheck, checked_columns
+from eosflow_dev.produce import events
 from tests.orders import COLUMNS, NAMES, SCHEMA, check_value, record_check
 
 CHECKED_COLUMNS = checked_columns(SCHEMA)

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eosflow.produce import events
 from eosflow.schema import compiled
 from eosflow.schema.compiled import MAX_DEPTH
 from eosflow.schema.declaration import Column, RecordSchema, parse_schema
 from eosflow.schema.record import RecordCheck
 from eosflow.schema.types import _DATE, _INSTANT
+from eosflow_dev.produce import events
 from tests import orders
 from tests.integration import test_poison_values as poison_values
 from tests.random import world

@@ -1,6 +1,6 @@
 import pytest
 
-from eosflow.produce.producer import Delivery, DeliveryConfigError
+from eosflow_dev.produce.producer import Delivery, DeliveryConfigError
 
 
 @pytest.mark.parametrize(

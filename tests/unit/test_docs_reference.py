@@ -127,9 +127,11 @@ INTERNAL = {
 
 
 def exception_classes() -> dict[str, str]:
-    """{class name: module path} of every subclass of an exception eosflow defines under src/eosflow."""
+    """{class name: module path} of every subclass of an exception eosflow defines: the product's (src/eosflow)
+    and the dev tools' (dev/src/eosflow_dev), whose commands users run too."""
     bases: dict[str, tuple[str, list[str]]] = {}
-    for path in sorted((ROOT / "src" / "eosflow").rglob("*.py")):
+    packages = (ROOT / "src" / "eosflow", ROOT / "dev" / "src" / "eosflow_dev")
+    for path in sorted(p for package in packages for p in package.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 parents = [ast.unparse(b).split(".")[-1] for b in node.bases]

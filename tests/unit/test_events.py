@@ -1,6 +1,6 @@
 import json
 
-from eosflow.produce import events
+from eosflow_dev.produce import events
 
 
 def test_same_seed_same_stream_other_seed_disjoint_ids():

@@ -35,7 +35,9 @@ def test_the_password_is_not_in_the_repr(monkeypatch) -> None:
 
 def test_an_unparsable_uri_is_refused_without_showing_it(monkeypatch) -> None:
     # Unquoted, `s3cr@t:9x/z` makes SQLAlchemy read a port `9x`, and its error quotes that piece.
-    monkeypatch.setenv("EOSFLOW_ICEBERG_CATALOG_URI", "postgresql+psycopg://eos:s3cr@t:9x/z@localhost:5432/db")
+    monkeypatch.setenv(
+        "EOSFLOW_ICEBERG_CATALOG_URI", "postgresql+psycopg://eos:s3cr@t:9x/z@localhost:5432/db"
+    )
     with pytest.raises(PipelineConfigError) as caught:
         CatalogConfig.of(_settings())
     message = "".join(traceback.format_exception(caught.value))  # what a log would print

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,7 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """Built from a copy of what a wheel is made of, as a fresh clone has it: setuptools packs everything its
+    build/ folder holds, and a checkout's build/ keeps files an earlier build copied there."""
     out = tmp_path_factory.mktemp("built")
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "target", "logs")
+    for folder in ("src", "plugins"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=junk)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [
@@ -30,7 +39,7 @@ def wheel(tmp_path_factory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         capture_output=True,
         text=True,
@@ -67,6 +76,31 @@ def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
         "pipe_clicks = eosflow.examples.pipe_clicks:parse"
         in zipfile.ZipFile(wheel).read(entry_points).decode()
     )
+
+
+def test_the_wheel_is_the_product_only_and_the_dev_tools_a_distribution_of_their_own(wheel):
+    """`pip install eosflow` brings neither the local stack, the lab, the bench, the producer nor the demo,
+    nor what only they need (matplotlib); eosflow-dev (dev/) holds them and adds their subcommands."""
+    archive = zipfile.ZipFile(wheel)
+    packages = {name.split("/", 1)[0] for name in archive.namelist() if "/" in name}
+    assert {p for p in packages if not p.endswith(".dist-info")} == {"eosflow", "eosflow_airflow"}
+    tools = ("stack", "lab", "bench", "produce", "demo")
+    assert [n for n in archive.namelist() if n.split("/")[:2] in (["eosflow", t] for t in tools)] == []
+    metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA")))
+    requires = [line for line in metadata.decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert requires and not [r for r in requires if "matplotlib" in r]
+    dev = (ROOT / "dev" / "pyproject.toml").read_text()
+    assert 'dev = "eosflow_dev.commands:register"' in dev  # the subcommands' entry point
+
+
+def test_the_dev_tools_subcommands_come_by_entry_point_and_the_product_lists_its_own_without_them():
+    from eosflow.cli import main as cli
+
+    product = {"ingest", "stream", "backfill", "discover", "verify", "publish", "kafka", "compact"}
+    found = set(cli.build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert product | {"stack", "lab", "bench", "demo", "produce"} <= found  # eosflow-dev is installed here
+    source = (ROOT / "src" / "eosflow" / "cli" / "main.py").read_text()
+    assert "eosflow_dev" not in source  # only by the entry point
 
 
 def test_an_installed_eosflow_finds_all_of_it_without_the_checkout(wheel, tmp_path):

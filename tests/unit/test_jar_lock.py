@@ -51,7 +51,7 @@ def test_every_jar_a_pom_declares_is_in_the_lock(name) -> None:
 
 
 def test_the_registry_app_is_in_the_lock() -> None:
-    from eosflow.stack.registry import VERSION
+    from eosflow_dev.stack.registry import VERSION
 
     assert f"apicurio-registry-app-{VERSION}-runner.jar" in _locked_paths("registry")
     assert any(path.startswith("lib/") for path in _locked_paths("registry"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 from decimal import Decimal
 
-from eosflow.lab import report, runner
-from eosflow.lab.outcome import Trial, tally
-from eosflow.produce.manifest import EventRow, Manifest
+from eosflow_dev.lab import report, runner
+from eosflow_dev.lab.outcome import Trial, tally
+from eosflow_dev.produce.manifest import EventRow, Manifest
 
 
 def _manifest(statuses: dict[str, str]) -> Manifest:
@@ -133,7 +133,7 @@ def test_the_toxiproxy_client_reads_both_versions_answers_to_get_version(tmp_pat
     import http.server
     import threading
 
-    from eosflow.lab.proxy import Toxiproxy
+    from eosflow_dev.lab.proxy import Toxiproxy
 
     answers = {"/version": ("text/plain", b"2.5.0"), "/proxies": ("application/json", b'{"kafka": {}}')}
 
@@ -170,7 +170,7 @@ def _changes(*steps: tuple[str, int, str]) -> dict[str, tuple[str, tuple]]:
 
 
 def test_the_source_table_is_each_keys_last_committed_change_aborted_ones_left_out():
-    from eosflow.lab.changes import ChangeManifest
+    from eosflow_dev.lab.changes import ChangeManifest
 
     sent = _changes(("c", 1, "a"), ("c", 2, "b"), ("u", 1, "a2"), ("d", 2, ""), ("c", 3, "c"), ("u", 3, "c2"))
     statuses = ["committed", "committed", "aborted", "committed", "committed", "aborted"]
@@ -190,7 +190,7 @@ def test_the_source_table_is_each_keys_last_committed_change_aborted_ones_left_o
 
 
 def test_the_replica_counts_keys_missing_stale_and_extra_against_the_source():
-    from eosflow.lab.changes import compare
+    from eosflow_dev.lab.changes import compare
 
     source = {1: ("a", None, 1, {}), 2: ("b", None, 2, {}), 3: ("c", None, 3, {})}
     replica = {1: ("a", None, 1, {}), 2: ("b", None, 2, {"x": 1}), 4: ("d", None, 4, {})}
@@ -202,7 +202,7 @@ def test_the_replica_counts_keys_missing_stale_and_extra_against_the_source():
 def test_the_lab_changes_are_debeziums_envelopes_each_delete_followed_by_its_tombstone():
     import json
 
-    from eosflow.lab.changes import events, keys_for
+    from eosflow_dev.lab.changes import events, keys_for
 
     sent: dict = {}
     produced = list(events(60, seed=3, sent=sent))
@@ -218,7 +218,7 @@ def test_the_lab_changes_are_debeziums_envelopes_each_delete_followed_by_its_tom
 
 
 def test_a_trial_with_a_replica_shows_its_counts_and_one_without_says_n_a():
-    from eosflow.lab.changes import Replica
+    from eosflow_dev.lab.changes import Replica
 
     tally_ = tally(_manifest({"a": "committed"}), ["a"])
     rest = {"invariants": "pass", "faults": 1, "fault_detail": "d"}

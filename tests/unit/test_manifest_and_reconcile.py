@@ -1,6 +1,6 @@
-from eosflow.produce.manifest import EventRow, Manifest
-from eosflow.produce.readback import ReadRecord
-from eosflow.produce.reconcile import reconcile
+from eosflow_dev.produce.manifest import EventRow, Manifest
+from eosflow_dev.produce.readback import ReadRecord
+from eosflow_dev.produce.reconcile import reconcile
 
 
 def _manifest() -> Manifest:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eosflow.errors import StackError
-from eosflow.stack.postgres import ensure_home
+from eosflow_dev.stack.postgres import ensure_home
 
 ME = (os.geteuid(), os.getegid())
 
@@ -77,7 +77,7 @@ def test_the_home_is_checked_before_the_server_starts(tmp_path, monkeypatch) -> 
     import dataclasses
 
     from eosflow import settings as settings_mod
-    from eosflow.stack import postgres
+    from eosflow_dev.stack import postgres
 
     service = postgres.PostgresService(dataclasses.replace(settings_mod.load(), state_dir=tmp_path / "s"))
     home = tmp_path / "planted"

@@ -13,8 +13,8 @@ import pytest
 
 from eosflow import settings as settings_mod
 from eosflow.errors import StackError
-from eosflow.stack import airflow_local, kafka, postgres
-from eosflow.stack.secret_files import write_secret
+from eosflow_dev.stack import airflow_local, kafka, postgres
+from eosflow_dev.stack.secret_files import write_secret
 
 
 @pytest.fixture

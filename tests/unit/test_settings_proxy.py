@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eosflow import settings as settings_mod
-from eosflow.stack.kafka import KafkaService
+from eosflow_dev.stack.kafka import KafkaService
 
 # server.properties exactly as written without the proxy option (and as before it existed, but for the log
 # cleaner's backoff added since), for these settings.

@@ -169,4 +169,7 @@ def test_a_rest_catalog_given_by_its_uri_alone_is_named_rest_for_spark():
     catalog for Hive's metastore and fails on thrift), so the type must be written out."""
     from tests.interop.spark_iceberg import from_pyiceberg
 
-    assert from_pyiceberg({"uri": "http://127.0.0.1:18181"}) == {"type": "rest", "uri": "http://127.0.0.1:18181"}
+    assert from_pyiceberg({"uri": "http://127.0.0.1:18181"}) == {
+        "type": "rest",
+        "uri": "http://127.0.0.1:18181",
+    }

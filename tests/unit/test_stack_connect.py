@@ -13,7 +13,7 @@ import pytest
 from eosflow import settings as settings_mod
 from eosflow.errors import StackError
 from eosflow.runtime import jars
-from eosflow.stack import connect, optional
+from eosflow_dev.stack import connect, optional
 
 REAL = settings_mod.load()
 NS = {"m": "http://maven.apache.org/POM/4.0.0"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eosflow.errors import StackError
-from eosflow.stack import ServiceStatus, optional
+from eosflow_dev.stack import ServiceStatus, optional
 
 
 def test_with_takes_repeats_comma_lists_and_the_environment_in_start_order(monkeypatch):

@@ -1,7 +1,7 @@
 import re
 from unittest import mock
 
-from eosflow.stack import kafka
+from eosflow_dev.stack import kafka
 
 
 def test_cluster_ids_are_kraft_shaped_and_never_look_like_an_option():

@@ -17,10 +17,10 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from eosflow.produce import events
 from eosflow.schema.arrow import valid_columns
 from eosflow.sources.batches import InMemoryRecords, record_batch
 from eosflow.transform import REJECTED_COLUMNS, spark_type, transform
+from eosflow_dev.produce import events
 from tests.orders import SCHEMA
 
 
