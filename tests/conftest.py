@@ -32,6 +32,7 @@ os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(_TEST_AIRF
 # it renames node ids, which pytest no longer reads.)
 _SHARED_GROUPS = {
     "tests/airflow/test_browser.py": "airflow_server",
+    "tests/airflow/test_browser_view.py": "airflow_server",
     "tests/airflow/test_eosflow_view.py": "airflow_server",
     "tests/airflow/test_standalone_rest.py": "airflow_server",
 }
