@@ -30,6 +30,7 @@ START_TIMEOUT_S = 150.0  # three JVMs booting at once on two cores
 STOP_TIMEOUT_S = 30.0
 QUORUM_LOST_GRACE_S = 3.0  # for the last nodes to exit once too few voters are left to ack a shutdown
 SESSION_TIMEOUT_MS = 6000  # how long the controller waits before fencing a silent broker
+METADATA_WAIT_S = 30.0  # a broker just (re)started may not know a topic yet
 HEARTBEAT_MS = 1000
 
 
@@ -262,7 +263,17 @@ class KraftCluster:
             raise StackError(f"topic {name!r} was created but its partitions did not get a full ISR in 60s")
 
     def partition(self, topic: str, partition: int = 0, bootstrap: str | None = None) -> PartitionState:
-        state = self._partition(topic, partition, bootstrap)
+        """The partition as the cluster's metadata has it. A broker just (re)started can answer without the
+        topic for a while, so that answer is asked again for up to METADATA_WAIT_S: on a loaded machine the
+        leader-failure trial found no metadata right after create_topic had seen the partition."""
+        found: list[PartitionState] = []
+
+        def known() -> bool:
+            state = self._partition(topic, partition, bootstrap)
+            found[:] = [state] if state is not None else []
+            return bool(found)
+
+        state = found[0] if process.wait_until(known, METADATA_WAIT_S, interval=0.3) else None
         if state is None:
             asked = bootstrap or self.bootstrap_servers
             raise StackError(f"no metadata for {topic}[{partition}] from {asked}")
