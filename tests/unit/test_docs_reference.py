@@ -127,8 +127,8 @@ INTERNAL = {
 
 
 def exception_classes() -> dict[str, str]:
-    """{class name: module path} of every subclass of an exception eosflow defines: the product's (src/eosflow)
-    and the dev tools' (dev/src/eosflow_dev), whose commands users run too."""
+    """{class name: module path} of every subclass of an exception eosflow defines: the product's
+    (src/eosflow) and the dev tools' (dev/src/eosflow_dev), whose commands users run too."""
     bases: dict[str, tuple[str, list[str]]] = {}
     packages = (ROOT / "src" / "eosflow", ROOT / "dev" / "src" / "eosflow_dev")
     for path in sorted(p for package in packages for p in package.rglob("*.py")):
