@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.spark import cds
+from eosflow.spark import cds, versions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -49,6 +49,7 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:  # a stream's micro-batches, or several runs in one process: one JVM for all
         return active
+    versions.check()  # never a JVM of one version under Python files of another
     builder = SparkSession.builder.appName(app_name)
     submitted = SparkConf()  # under spark-submit this already holds --master, --jars, ...
     if not submitted.contains("spark.master"):

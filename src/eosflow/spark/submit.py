@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eosflow.runtime import jars
 from eosflow.settings import Settings
+from eosflow.spark import versions
 from eosflow.spark.session import launch_conf
 
 # The entry script spark-submit runs: a file of the installed package, never of a checkout.
@@ -65,9 +66,11 @@ def _prune(dist: Path, keep: Path) -> None:
 
 
 def spark_env(settings: Settings) -> dict[str, str]:
-    """Environment for spark-submit: Spark is the pip-installed pyspark; Python is this venv's."""
+    """Environment for spark-submit: Spark is the pip-installed pyspark; Python is this venv's. Refused on a
+    mixed pyspark (eosflow.spark.versions), before spark-submit starts a JVM of one version."""
     import pyspark
 
+    versions.check(Path(pyspark.__file__).parent)
     venv_bin = str(Path(sys.executable).parent)
     return {
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),  # spark-submit itself is the venv's
