@@ -45,15 +45,15 @@ demo: setup
 
 ## test: lint, types (mypy, configured in pyproject.toml), the docs site's strict build, then the whole suite
 ## against the real stack (unit, integration, Airflow, browser), ending with the 15 slowest tests so the suite's
-## budget stays in view. Two pytest-xdist workers by default (about 26 min instead of 47 on the 2-core
-## machines); TEST_WORKERS=0 runs it in one process
+## budget stays in view (every test's time is in test-artifacts/junit.xml). Two pytest-xdist workers by
+## default (about 26 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 2
 test: setup browser spark-archive
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/eosflow stack up
-	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=15 --junitxml=test-artifacts/junit.xml $(PYTEST_ARGS)
 
 ## unit: every test that needs no stack (not marked integration), in under three minutes on two workers, with
 ## no server running: tests/no_stack.py points every port at one nothing listens on and fails a test that
