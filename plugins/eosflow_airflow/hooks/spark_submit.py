@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.cli.ingest) prints to stderr
+JOB_PREFIX = "eosflow ingest: "  # how the job (eosflow.spark.job_main) prints to stderr
 
 
 class EosflowSparkSubmitHook(SparkSubmitHook):

@@ -27,7 +27,7 @@ from eosflow_airflow.hooks.spark_submit import JOB_PREFIX, EosflowSparkSubmitHoo
 from eosflow_airflow.operators.tasks import acknowledge_hint
 
 _OUTCOME = re.compile(r"eosflow ingest: [A-Z]+(?: [A-Z]+)*: ")  # FENCED: ..., DATA LOSS: ..., FAILED: ...
-# The job's exit codes (eosflow.cli.ingest) for which the same try can only fail the same way.
+# The job's exit codes (eosflow.spark.job_main) for which the same try can only fail the same way.
 NOT_RETRIED = {
     2: "a bad configuration or request does not get better on retry",
     3: "a retry would be fenced again",
