@@ -13,8 +13,8 @@ import time
 import psycopg
 from psycopg import sql
 
-from eosflow.publishers import Publisher
-from eosflow.sources import outbox
+from eosflow.publish import outbox
+from eosflow.publish.declaration import Publisher
 
 
 def settle(dsn: str, publisher: Publisher, timeout_s: float = 60.0) -> None:

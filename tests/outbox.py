@@ -10,8 +10,8 @@ from collections import Counter
 import psycopg
 import yaml
 
-from eosflow.publishers import load_publisher
-from eosflow.runners.publisher import publish
+from eosflow.publish.declaration import load_publisher
+from eosflow.publish.run import publish
 from tests import horizon
 from tests.kafka_reader import read_all
 

@@ -216,7 +216,7 @@ def described_keys() -> dict[str, dict[str, str]]:
 
 def publisher_keys() -> frozenset[str]:
     """The keys the publisher parser knows."""
-    from eosflow import publishers
+    from eosflow.publish import declaration as publishers
 
     return frozenset(publishers._PUBLISHER_KEYS)
 
@@ -246,7 +246,9 @@ def pipelines_page() -> str:
     sections.append(
         ("Each column (`columns:`)", "`eosflow.schema.declaration._COLUMN_KEYS`", columns, "column")
     )
-    sections.append(("Publishers (`publishers:`)", "`eosflow.publishers`", publisher_keys(), "publisher"))
+    sections.append(
+        ("Publishers (`publishers:`)", "`eosflow.publish.declaration`", publisher_keys(), "publisher")
+    )
     known = set().union(*(keys for _, _, keys, kind in sections if kind == "pipeline"))
     unknown = set(texts["pipeline"]) - known
     missing = [f"{title}: {k}" for title, _, keys, kind in sections for k in sorted(keys - set(texts[kind]))]

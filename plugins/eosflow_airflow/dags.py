@@ -21,7 +21,7 @@ from airflow.sdk import (
 from eosflow.ledger.backfill import MODES
 from eosflow.observe.health import publisher_stale_limit, stale_limits
 from eosflow.pipelines import Pipeline, PipelineConfigError, databases, load_databases, load_each
-from eosflow.publishers import Publisher, load_each_publisher
+from eosflow.publish.declaration import Publisher, load_each_publisher
 from eosflow.settings import Settings, ingest_interval, load
 from eosflow_airflow.hooks.eosflow import with_pipelines_variable
 from eosflow_airflow.lineage import (

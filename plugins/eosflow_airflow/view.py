@@ -126,7 +126,7 @@ async def page(
 
 def _publishers(user):
     from eosflow.observe.state import publisher_snapshot
-    from eosflow.publishers import load_publishers
+    from eosflow.publish.declaration import load_publishers
     from eosflow_airflow.hooks.eosflow import EosflowHook
     from eosflow_airflow.operators.tasks import publish_dag_id
 

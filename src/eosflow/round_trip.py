@@ -18,9 +18,9 @@ import psycopg
 from psycopg import sql
 
 from eosflow.pipelines import Pipeline
-from eosflow.publishers import Publisher
+from eosflow.publish.declaration import Publisher
+from eosflow.publish.run import ROW_ID_HEADER
 from eosflow.rows import one_row
-from eosflow.runners.publisher import ROW_ID_HEADER
 from eosflow.settings import Settings
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 

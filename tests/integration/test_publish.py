@@ -13,7 +13,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from eosflow.ledger import outbox_position as position
+from eosflow.publish import position
 from tests.kafka_reader import read_all
 from tests.outbox import Outbox
 
@@ -340,7 +340,7 @@ def test_a_position_ahead_of_a_restored_warehouse_is_refused_not_silently_idle(c
 def test_a_publisher_held_back_by_an_open_transaction_says_which_one(case):
     """A publisher waits, by design, for every older transaction of the cluster: a session left idle in a
     transaction stalled it without a word."""
-    from eosflow.runners.publisher import publish
+    from eosflow.publish.run import publish
 
     outbox = Outbox(case)
     assert outbox.publish(settle=False).rows == 0  # adds the position column

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from eosflow import pipelines, round_trip
-from eosflow.publishers import load_publisher
+from eosflow.publish.declaration import load_publisher
+from eosflow.publish.run import publish
 from eosflow.runners import job
-from eosflow.runners.publisher import publish
 from eosflow.verify import verify_pipeline
 from tests import horizon
 

@@ -36,10 +36,10 @@ import yaml
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
-from eosflow.publishers import load_publisher
-from eosflow.runners.publisher import PublisherFencedError, publish
+from eosflow.publish import outbox
+from eosflow.publish.declaration import load_publisher
+from eosflow.publish.run import PublisherFencedError, publish
 from eosflow.settings import Settings
-from eosflow.sources import outbox
 from eosflow.sources.kafka.read_back import partitions_of, read_to_end
 from tests.random.machine import Bookkeeping
 from tests.random.world import Proc

@@ -34,6 +34,15 @@ ENTRY_POINTS = ("eosflow.cli",)
 # The Spark job's entry: above the runners it runs, while the rest of eosflow.spark (the session, the
 # workers' errors) is below them; `eosflow ingest` calls it, spark-submit runs task.py, which imports it.
 JOB_ENTRY = ("eosflow.spark.job_main", "eosflow.spark.task")
+# The ledger and the sources, the publisher's modules among them (eosflow.publish: one package for one
+# feature, each module in the layer of the step it does).
+LEDGER = ("eosflow.ledger", "eosflow.publish.position")
+SOURCES = (
+    "eosflow.sources",
+    "eosflow.publish.outbox",
+    "eosflow.publish.row_format",
+    "eosflow.publish.offsets",
+)
 SINK_PACKAGES = ("eosflow.sinks.postgres", "eosflow.sinks.kafka", "eosflow.sinks.iceberg")
 # Who may import a sink's own package: the sinks, the dev tools (the lab and the bench measure each
 # sink), and the CLI (`eosflow partition` migrates a warehouse table).
@@ -194,14 +203,15 @@ def test_the_ledger_never_imports_a_source():
     values (a range, a plan, a publisher's Position), the pure planner and what the warehouse stores of
     them; a source asks Kafka or an outbox what there is and reads the range it is given, importing those
     values. A ledger that read a source back (the publisher's offsets topic once did) would point the
-    arrow both ways: what reads Kafka is a source's (eosflow.sources.outbox_offsets)."""
+    arrow both ways: what reads Kafka is a source's (eosflow.publish.offsets). The publisher's package
+    keeps the same rule: its position is the ledger's, its outbox, row format and offsets are sources."""
     graph = import_graph()
     offenders = sorted(
         f"{m} imports {t}"
         for m, targets in graph.items()
-        if _within(m, ("eosflow.ledger",))
+        if _within(m, LEDGER)
         for t in targets
-        if _within(t, ("eosflow.sources",))
+        if _within(t, SOURCES)
     )
     assert offenders == []
     assert "eosflow.ledger.ranges" in graph["eosflow.sources.kafka.read"]  # the other way is the way
@@ -214,7 +224,7 @@ def test_the_sinks_never_import_a_declaration_verify_or_a_runner():
     a pipeline against the protocol's Pipeline, and takes what it shares with them from below
     (eosflow.errors, eosflow.declaration_numbers, eosflow.dbt_build)."""
     graph = import_graph()
-    above = ("eosflow.pipelines", "eosflow.publishers", "eosflow.verify", "eosflow.runners", "eosflow.cli")
+    above = ("eosflow.pipelines", "eosflow.publish", "eosflow.verify", "eosflow.runners", "eosflow.cli")
     offenders = sorted(
         f"{m} imports {t}"
         for m, targets in graph.items()
@@ -266,10 +276,11 @@ def test_the_spark_job_enters_through_eosflow_spark_and_the_cli_is_imported_by_n
 
 
 def _layer_module(name: str) -> str:
-    """`ledger/planner` -> eosflow.ledger.planner (under src/eosflow/); `dev/src/eosflow_dev`: eosflow_dev."""
+    """`ledger/planner` -> eosflow.ledger.planner (under src/eosflow/); `publish/__init__` -> eosflow.publish;
+    `dev/src/eosflow_dev`: eosflow_dev."""
     if name.startswith("dev/src/"):
         return name.removeprefix("dev/src/").replace("/", ".")
-    return "eosflow." + name.replace("/", ".")
+    return "eosflow." + name.removesuffix("/__init__").replace("/", ".")
 
 
 def layout_layers() -> list[tuple[str, ...]]:

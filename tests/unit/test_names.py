@@ -9,7 +9,7 @@ import yaml
 from eosflow import names
 from eosflow import settings as settings_mod
 from eosflow.pipelines import PipelineConfigError, load_all
-from eosflow.publishers import load_publishers
+from eosflow.publish.declaration import load_publishers
 from tests.unit.test_pipelines import _spec
 
 OUTBOX = {"table": "outbox.orders", "topic": "orders.out", "id": "id"}

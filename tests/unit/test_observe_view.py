@@ -122,7 +122,7 @@ def test_the_page_and_the_metrics_judge_staleness_by_the_health_dag_s_rule():
 def test_the_page_shows_each_publishers_position_waiting_rows_and_what_holds_or_hides_them():
     from eosflow.observe.health import PublisherHealth
     from eosflow.observe.state import PublisherState
-    from eosflow.publishers import Publisher
+    from eosflow.publish.declaration import Publisher
 
     def publisher(name: str) -> Publisher:
         return Publisher(name, f"outbox.{name}", f"published.{name}", "id")

@@ -7,7 +7,7 @@ import yaml
 
 from eosflow import settings as settings_mod
 from eosflow.pipelines import InitialOffset, PipelineConfigError, load, load_all, load_each
-from eosflow.publishers import load_publishers
+from eosflow.publish.declaration import load_publishers
 
 
 def _write(tmp_path, pipelines: dict) -> object:

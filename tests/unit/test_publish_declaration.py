@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from eosflow import settings as settings_mod
-from eosflow.ledger.outbox_position import Position
 from eosflow.pipelines import PipelineConfigError
-from eosflow.publishers import load_publisher, load_publishers
+from eosflow.publish.declaration import load_publisher, load_publishers
+from eosflow.publish.position import Position
 
 BASE = {"table": "outbox.orders", "topic": "orders.out", "id": "id", "key": "customer_id"}
 

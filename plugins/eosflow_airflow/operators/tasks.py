@@ -336,8 +336,8 @@ def publish_dag_id(publisher_name: str) -> str:
 def publish_rows(publisher_name: str) -> dict:
     """The outbox's committed rows into Kafka, each batch with its position in one Kafka transaction."""
     from eosflow.pipelines import PipelineConfigError
-    from eosflow.publishers import load_publisher
-    from eosflow.runners.publisher import PublisherFencedError, publish
+    from eosflow.publish.declaration import load_publisher
+    from eosflow.publish.run import PublisherFencedError, publish
 
     settings = EosflowHook().settings()
     try:

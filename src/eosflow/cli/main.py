@@ -110,8 +110,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     import signal
 
     from eosflow.pipelines import PipelineConfigError
-    from eosflow.publishers import load_publisher
-    from eosflow.runners.publisher import PositionAheadError, PublisherFencedError, publish
+    from eosflow.publish.declaration import load_publisher
+    from eosflow.publish.run import PositionAheadError, PublisherFencedError, publish
     from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 
     settings = settings_mod.load()

@@ -154,7 +154,7 @@ class PublisherHealth:
 
 def check_publisher(settings: Settings, name: str, stale_after_s: float) -> PublisherHealth:
     """The health DAG's check, as the pipelines' own role."""
-    from eosflow.publishers import load_publisher
+    from eosflow.publish.declaration import load_publisher
 
     publisher = load_publisher(settings, name)
     with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
@@ -171,8 +171,8 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
     """How many of a publisher's committed rows an open transaction holds back, and which transaction;
     as any role that may call eosflow's two functions (the view's reader may; it reads neither the outbox
     nor other sessions' queries). What it cannot see it names, with the grant that lets it."""
-    from eosflow.ledger import outbox_position
-    from eosflow.sources import outbox_offsets
+    from eosflow.publish import offsets as outbox_offsets
+    from eosflow.publish import position as outbox_position
 
     name = publisher.name
     role = conn.execute("select current_user").fetchone()[0]

@@ -25,7 +25,7 @@ from eosflow.observe.health import (
     stale_limits,
 )
 from eosflow.pipelines import Pipeline
-from eosflow.publishers import Publisher
+from eosflow.publish.declaration import Publisher
 from eosflow.settings import Settings
 from eosflow.sources.kafka.offsets import partition_offsets
 

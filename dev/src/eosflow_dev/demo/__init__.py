@@ -26,7 +26,7 @@ from eosflow import pipelines, round_trip
 from eosflow.kafka_admin import ensure_topic
 from eosflow.ledger import store
 from eosflow.ledger.positions import PartitionCounts
-from eosflow.publishers import load_publisher
+from eosflow.publish.declaration import load_publisher
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
 from eosflow.verify import verify_pipeline

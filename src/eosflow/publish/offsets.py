@@ -1,5 +1,5 @@
 """A publisher's source position, kept in Kafka: written in the same transaction as its records (the
-position as a value, and where at_least_once stores it in the warehouse: eosflow.ledger.outbox_position).
+position as a value, and where at_least_once stores it in the warehouse: eosflow.publish.position).
 
 Each publisher has a compacted one-partition topic of its own, `eosflow.publish.offsets.<name>`, keyed
 by `<name>:<shard>`. Of its own because a reader of a shared topic stops at the partition's last
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from eosflow.ledger.outbox_position import Position
+from eosflow.publish.position import Position
 from eosflow.sources.kafka.read_back import read_to_end
 
 if TYPE_CHECKING:
-    from eosflow.publishers import Publisher
+    from eosflow.publish.declaration import Publisher
 
 _TIMEOUT_S = 30.0
 

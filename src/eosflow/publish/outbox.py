@@ -32,12 +32,12 @@ from psycopg.types.range import Range
 from psycopg.types.string import TextLoader
 
 from eosflow.errors import PipelineConfigError
-from eosflow.ledger.outbox_position import Position
+from eosflow.publish.position import Position
 from eosflow.rows import one_row
 from eosflow.schema.arrow import json_text
 
 if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
-    from eosflow.publishers import Publisher
+    from eosflow.publish.declaration import Publisher
 
 # An outbox row as psycopg's dict_row reads it: its columns by name, the publisher's own table's.
 OutboxRow = dict[str, Any]

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from eosflow.publish import outbox
 from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.types import MAX_NUMERIC_PRECISION, parse_type
 from eosflow.settings import Settings
-from eosflow.sources import outbox
 
 if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
-    from eosflow.publishers import Publisher
+    from eosflow.publish.declaration import Publisher
 
 _SCALARS = {
     "text": "text",

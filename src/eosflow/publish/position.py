@@ -1,6 +1,6 @@
 """A publisher's position in its outbox, and where at_least_once stores it: eosflow.publish_positions, after
 the batch was produced. exactly_once keeps it in Kafka instead, in the batch's own transaction
-(eosflow.sources.outbox_offsets); either way the value is a Position.
+(eosflow.publish.offsets); either way the value is a Position.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
-    from eosflow.publishers import Publisher
+    from eosflow.publish.declaration import Publisher
 
 
 @dataclass(frozen=True)

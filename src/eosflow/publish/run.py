@@ -22,21 +22,22 @@ import psycopg
 
 from eosflow.faults import fault_point
 from eosflow.kafka_admin import TopicLimits, topic_limits
-from eosflow.ledger import outbox_position
 from eosflow.ledger.migrate import migrate
-from eosflow.ledger.outbox_position import Position
-from eosflow.publishers import Publisher
+from eosflow.publish import offsets as outbox_offsets
+from eosflow.publish import outbox
+from eosflow.publish import position as outbox_position
+from eosflow.publish.declaration import Publisher
+from eosflow.publish.outbox import OutboxRow
+from eosflow.publish.position import Position
+from eosflow.publish.row_format import row_encoder
 from eosflow.rows import one_row
 from eosflow.settings import Settings
-from eosflow.sources import outbox, outbox_offsets
-from eosflow.sources.outbox import OutboxRow
-from eosflow.sources.outbox_format import row_encoder
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message, Producer
 
 Log = Callable[[str], None]
-Encode = Callable[[OutboxRow], bytes]  # a row -> its record's value (eosflow.sources.outbox_format)
+Encode = Callable[[OutboxRow], bytes]  # a row -> its record's value (eosflow.publish.row_format)
 ROW_ID_HEADER, XID_HEADER = "eosflow-row-id", "eosflow-xid"
 # A dead letter's coordinates and reason (the error header is the one the Kafka sink's dead letters carry).
 TABLE_HEADER, ERROR_HEADER = "eosflow-table", "eosflow-error"
