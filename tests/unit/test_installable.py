@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,41 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.install.wheel import build_wheel
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """Built from a copy of what a wheel is made of, as a fresh clone has it: setuptools packs everything its
-    build/ folder holds, and a checkout's build/ keeps files an earlier build copied there."""
-    out = tmp_path_factory.mktemp("built")
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, source / name)
-    junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "target", "logs")
-    for folder in ("src", "plugins"):
-        shutil.copytree(ROOT / folder, source / folder, ignore=junk)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            str(out),
-            str(source),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (built,) = out.glob("eosflow-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("built"), tmp_path_factory.mktemp("source"))
 
 
 def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
