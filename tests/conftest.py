@@ -37,7 +37,7 @@ _SHARED_GROUPS = {
     "tests/airflow/test_standalone_rest.py": "airflow_server",
 }
 # The longest groups start first, so none is left to run alone at the end.
-_FIRST = ("tests/lab/", "tests/random/", "tests/airflow/")
+_FIRST = ("tests/lab/", "tests/install/", "tests/random/", "tests/airflow/")
 
 
 def pytest_xdist_make_scheduler(config, log):
