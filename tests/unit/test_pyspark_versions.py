@@ -67,3 +67,12 @@ def test_spark_submit_and_a_session_are_refused_before_a_jvm_starts(tmp_path, mo
         submit.spark_env(settings)  # the Airflow task's spark-submit, and the CLI test's
     with pytest.raises(versions.MixedPysparkError, match="pyspark==4.3.0"):
         session.get_spark(settings, "never-started")  # in process, and the job's driver under spark-submit
+
+
+def test_a_job_that_meets_a_mixed_pyspark_exits_2_as_a_configuration_error_not_retried():
+    """A retry cannot mend the installation: the job exits 2 (a refusal), with the entry naming the fix."""
+    from eosflow.runners.outcomes import reported
+    from eosflow.spark.versions import MixedPysparkError
+
+    code, line = reported(MixedPysparkError("pyspark's Python files are 4.2.0, its jars 4.3.0"))
+    assert code == 2 and "mixedpysparkerror" in line

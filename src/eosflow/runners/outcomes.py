@@ -26,6 +26,7 @@ from eosflow.sources.kafka.offsets import TopicMissingError
 from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 from eosflow.sources.kafka.read_back import ReadBackIncompleteError
+from eosflow.spark.versions import MixedPysparkError
 
 EXIT: dict[type[Exception], int] = {
     FencedError: 3,
@@ -46,6 +47,7 @@ EXIT: dict[type[Exception], int] = {
     TransformContractError: 2,
     RegistryAuthenticationError: 2,
     SinkAccessError: 2,
+    MixedPysparkError: 2,  # the installation, not the run: a retry meets it again
     KafkaUnavailableError: 1,
     ReadStalledError: 1,
     ReadBackIncompleteError: 1,
