@@ -13,6 +13,7 @@ import yaml
 from eosflow import names
 from eosflow.databases import declaration as databases
 from eosflow.declaration_numbers import whole_number
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_schema
 from eosflow.settings import Settings
@@ -21,7 +22,7 @@ from eosflow.sinks.protocol import Sink
 
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
-DELIVERY_MODES = ("exactly_once", "at_least_once", "at_most_once")
+DELIVERY_MODES: tuple[Delivery, ...] = tuple(Delivery)
 
 # Upper bounds of the numbers a declaration takes (docs/reference/pipelines.md lists them).
 MAX_RECORDS_PER_PARTITION = 1_000_000_000
@@ -71,7 +72,7 @@ class Pipeline:
     max_records_per_partition: int
     max_value_bytes: int
     sink: Sink  # where the records land (eosflow.sinks.protocol), with its declaration keys
-    delivery: str = "exactly_once"
+    delivery: Delivery = Delivery.EXACTLY_ONCE
     # Records arriving in the topics also wake the ingest DAG (an Airflow AssetWatcher); only a wake-up:
     # positions still come from the ledger. Opt-in: each wake-up costs a run (a Spark start).
     wake_on_records: bool = False
@@ -382,7 +383,9 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
 
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
-        raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
+        values = [mode.value for mode in DELIVERY_MODES]
+        raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {values}")
+    delivery = Delivery(delivery)  # parsed once: compared as a member from here on
     if schema.changes is not None and not sink_class.keeps_state:
         raise PipelineConfigError(
             f"{where}: sink: {sink_class.kind} does not keep a change stream's state table yet (changes: "

@@ -17,6 +17,7 @@ from datetime import datetime
 import psycopg
 
 from eosflow import pipelines
+from eosflow.delivery import Delivery
 from eosflow.ledger import store
 from eosflow.rows import one_row
 from eosflow.settings import Settings, ingest_interval
@@ -180,7 +181,7 @@ def publisher_health(conn, kafka: Mapping[str, str], publisher, stale_after_s: f
         return PublisherHealth(name, 0, None, (), stale_after_s, None, cannot, False)
     if _waiting(conn, name, None) is None:  # never published: nothing waits
         return PublisherHealth(name, 0, None, (), stale_after_s)
-    if publisher.delivery == "exactly_once":
+    if publisher.delivery == Delivery.EXACTLY_ONCE:
         current = outbox_offsets.read(kafka, publisher)
     else:
         current = outbox_position.read_stored(conn, publisher)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from eosflow import names
 from eosflow.declaration_numbers import whole_number
+from eosflow.delivery import Delivery
 from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
 from eosflow.settings import Settings
 
@@ -30,7 +31,8 @@ class Publisher:
     key_column: str | None = None  # the record key (the aggregate id): per-key order holds
     batch_rows: int = 1_000  # a Kafka transaction closes after this many rows...
     batch_seconds: float = 5.0  # ...or when no more committed rows are there; polls this often when idle
-    delivery: str = "exactly_once"  # at_least_once: the lab's comparison (position in Postgres, after)
+    # at_least_once: the lab's comparison (its position stored in Postgres, after the batch)
+    delivery: Delivery = Delivery.EXACTLY_ONCE
     dead_letter_topic: str = ""  # rows JSON cannot carry, with the reason; "" means <topic>.rejected
     format: str = "json"  # json | avro | protobuf: the outbox's columns as a registered schema
 
@@ -138,10 +140,11 @@ def _parse(raw_name: object, spec: object, where: str) -> Publisher:
             f"publisher looks for new rows: an hour is the longest it waits), not {seconds!r}"
         )
     delivery = spec.get("delivery", "exactly_once")
-    if delivery not in ("exactly_once", "at_least_once"):
+    if delivery not in (Delivery.EXACTLY_ONCE, Delivery.AT_LEAST_ONCE):
         raise PipelineConfigError(
             f"{where}: delivery {delivery!r} unknown; exactly_once, or at_least_once (for comparison only)"
         )
+    delivery = Delivery(delivery)  # parsed once: compared as a member from here on
     fmt = spec.get("format", "json")
     if fmt not in ("json", "avro", "protobuf"):
         raise PipelineConfigError(f"{where}: format {fmt!r} unknown; json (default), avro or protobuf")

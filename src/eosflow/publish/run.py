@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from eosflow.delivery import Delivery
 from eosflow.faults import fault_point
 from eosflow.kafka_admin import TopicLimits, topic_limits
 from eosflow.ledger.migrate import migrate
@@ -65,7 +66,7 @@ def _refuse_a_position_from_the_future(
         return
     reset = (
         f"delete the topic {publisher.offsets_topic}"
-        if publisher.delivery == "exactly_once"
+        if publisher.delivery == Delivery.EXACTLY_ONCE
         else f"delete its row of eosflow.publish_positions (publisher = '{publisher.name}')"
     )
     raise PositionAheadError(
@@ -126,7 +127,7 @@ def publish(
         limit = topic_limits(settings.kafka, [publisher.topic, publisher.rejected_topic])
         limit.refuse_a_compacted_dead_letter_topic(publisher.rejected_topic)
         failed = _Undelivered()
-        exactly_once = publisher.delivery == "exactly_once"
+        exactly_once = publisher.delivery == Delivery.EXACTLY_ONCE
         config = {
             **settings.kafka,
             "enable.idempotence": True,

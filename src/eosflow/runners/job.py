@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from eosflow import pipelines
+from eosflow.delivery import Delivery
 from eosflow.faults import fault_point
 from eosflow.ledger import positions, store
 from eosflow.ledger.migrate import migrate
@@ -146,7 +147,7 @@ def execute(
             if plan.nonempty
             else "plan: no new records in any partition"
         )
-        if pipeline.delivery != "exactly_once":
+        if pipeline.delivery != Delivery.EXACTLY_ONCE:
             log(f"delivery {pipeline.delivery}: the commit is split in two transactions (see DESIGN.md)")
         fault_point("after_plan")
 

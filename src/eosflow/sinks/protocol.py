@@ -24,6 +24,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from eosflow.delivery import Delivery
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -54,7 +56,7 @@ class Pipeline(Protocol):
     def schema(self) -> RecordSchema: ...
 
     @property
-    def delivery(self) -> str: ...
+    def delivery(self) -> Delivery: ...
 
     @property
     def max_value_bytes(self) -> int: ...
@@ -136,7 +138,7 @@ class Sink(ABC):
     keeps_state: ClassVar[bool] = False
     # The delivery modes it keeps that state under: exactly_once unless its commit can apply the state in
     # a split one's output transaction (docs/DESIGN.md "Delivery modes").
-    state_deliveries: ClassVar[tuple[str, ...]] = ("exactly_once",)
+    state_deliveries: ClassVar[tuple[Delivery, ...]] = (Delivery.EXACTLY_ONCE,)
 
     # --- the declaration
 

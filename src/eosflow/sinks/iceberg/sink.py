@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import psycopg
 
 from eosflow import names
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.rows import one_row
@@ -46,7 +47,7 @@ class IcebergSink(Sink):
         # A namespace is a schema to the engines that read the catalog (Spark, Trino): the same names as
         # a warehouse target, refused in the same schemas.
         table = names.table(spec["table"], "table", where, shape="namespace.name")
-        if spec.get("delivery", "exactly_once") != "exactly_once":
+        if spec.get("delivery", Delivery.EXACTLY_ONCE) != Delivery.EXACTLY_ONCE:
             raise PipelineConfigError(
                 f"{where}: an iceberg sink delivers exactly_once only (its positions commit with its files)"
             )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 
+from eosflow.delivery import Delivery
 from eosflow.faults import fault_point
 from eosflow.kafka_admin import PRODUCER_MAX_BYTES, TopicLimits, topic_limits
 from eosflow.ledger.mirror import FENCED, TIMED_OUT, RangeOutcome
@@ -122,7 +123,7 @@ class RangeTransaction:
         self,
         kafka: Mapping[str, str],
         pipeline: str,
-        delivery: str,
+        delivery: Delivery,
         sink: Output,
         part: PartitionPlan,
         batch_id: str,
@@ -133,7 +134,7 @@ class RangeTransaction:
 
         self.part, self.batch_id, self.sink = part, batch_id, sink
         self.group = group_id(pipeline)
-        self.transactional = delivery == "exactly_once"
+        self.transactional = delivery == Delivery.EXACTLY_ONCE
         self.limit = limit or TopicLimits(int(kafka.get("message.max.bytes", PRODUCER_MAX_BYTES)))
         producer_config = {
             **kafka,

@@ -18,6 +18,7 @@ import psycopg
 
 from eosflow import names
 from eosflow.declaration_numbers import whole_number
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.schema.declaration import RecordSchema
@@ -90,7 +91,7 @@ class KafkaSink(Sink):
             high=MAX_TRANSACTION_TIMEOUT_MS,
             why=_TIMEOUT_WHY,
         )
-        if spec.get("delivery") == "at_most_once":
+        if spec.get("delivery") == Delivery.AT_MOST_ONCE:
             raise PipelineConfigError(
                 f"{where}: a kafka sink delivers exactly_once, or at_least_once for comparison; at_most_once "
                 "is a warehouse sink's comparison mode only"

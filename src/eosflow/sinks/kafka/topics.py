@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.kafka_admin import create_topics, topic_limits
 from eosflow.sinks.kafka.output import output_of
@@ -21,7 +22,7 @@ def prepare(kafka: Mapping[str, str], pipeline: Pipeline, log=print) -> None:
     from confluent_kafka.admin import AdminClient
 
     client = AdminClient(dict(kafka))
-    if pipeline.delivery == "exactly_once":
+    if pipeline.delivery == Delivery.EXACTLY_ONCE:
         check_transaction_timeout(client, pipeline)
     metadata = client.list_topics(timeout=_TIMEOUT_S)
     source = metadata.topics.get(pipeline.topic)

@@ -17,6 +17,7 @@ from dataclasses import replace
 import psycopg
 from psycopg import sql
 
+from eosflow.delivery import Delivery
 from eosflow.faults import fault_point
 from eosflow.ledger.planner import TopicRecreatedError
 from eosflow.ledger.positions import (
@@ -62,9 +63,9 @@ def commit(
     raw: the records at some coordinates (read back from Kafka), quoted by a change the state apply
     rejects."""
     with _staging_dropped_on_refusal(conn, plan):
-        if pipeline.delivery == "at_least_once":
+        if pipeline.delivery == Delivery.AT_LEAST_ONCE:
             return _commit_output_then_positions(conn, pipeline, plan, records_read, timed, raw)
-        if pipeline.delivery == "at_most_once":
+        if pipeline.delivery == Delivery.AT_MOST_ONCE:
             return _commit_positions_then_output(conn, pipeline, plan, records_read, timed, raw)
         return _commit_exactly_once(conn, pipeline, plan, records_read, timed, raw)
 
@@ -143,7 +144,7 @@ def stages_by_range(conn: psycopg.Connection, pipeline: Pipeline, plan: Plan) ->
     """Whether the batch stages a child per range (to be attached) rather than one staging table."""
     return (
         plan.kind != "replay"
-        and pipeline.delivery == "exactly_once"
+        and pipeline.delivery == Delivery.EXACTLY_ONCE
         and partitions.is_partitioned(conn, pipeline.target_table)
     )
 
@@ -354,7 +355,7 @@ def _publish_staged(
         conn.execute(sql.SQL("insert into {} ({}) select {} from {}").format(target, columns, columns, stage))
     # The rejected table is shared and keyed; a record re-delivered under at_least_once is already
     # there as rejected, and the duplicate that matters shows in the output.
-    again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"
+    again = "" if pipeline.delivery == Delivery.EXACTLY_ONCE else " on conflict do nothing"
     conn.execute(
         "insert into eosflow.rejected select * from staging.rejected where batch_id = %s and pipeline = %s"
         + again,

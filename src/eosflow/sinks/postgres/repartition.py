@@ -16,6 +16,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
+from eosflow.delivery import Delivery
 from eosflow.rows import one_row
 from eosflow.schema import ddl
 from eosflow.sinks.postgres import partitions
@@ -36,7 +37,7 @@ def repartition(conn: psycopg.Connection, pipeline, log: Callable[[str], None] =
     if partitions.is_partitioned(conn, target):
         log(f"{target} is partitioned already: nothing to do")
         return 0
-    if pipeline.delivery != "exactly_once":
+    if pipeline.delivery != Delivery.EXACTLY_ONCE:
         raise RepartitionError(
             f"pipeline {pipeline.name!r} is {pipeline.delivery}: only exactly_once targets are partitioned"
         )

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from eosflow import names
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
@@ -32,7 +33,7 @@ class PostgresSink(Sink):
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.postgres.stage",)
     keeps_state: ClassVar[bool] = True
     # The comparison modes too: the state apply commits in the output's transaction (commit.py).
-    state_deliveries: ClassVar[tuple[str, ...]] = ("exactly_once", "at_least_once", "at_most_once")
+    state_deliveries: ClassVar[tuple[Delivery, ...]] = tuple(Delivery)
 
     target_table: str  # a change stream's changelog
     state_table: str = ""  # a change stream's current state, one row per primary key (state.py)

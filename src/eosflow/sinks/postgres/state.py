@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 import psycopg
 from psycopg import sql
 
+from eosflow.delivery import Delivery
 from eosflow.ledger.ranges import OffsetRange
 from eosflow.rows import one_row
 from eosflow.schema.changes import declared
@@ -502,7 +503,8 @@ def _reject_unfilled(
     if not rows:
         return {}
     records = raw([(t, p, o) for t, p, o, *_ in rows]) if raw is not None else {}
-    again = "" if pipeline.delivery == "exactly_once" else " on conflict do nothing"  # a re-delivered range
+    # a re-delivered range: on conflict do nothing
+    again = "" if pipeline.delivery == Delivery.EXACTLY_ONCE else " on conflict do nothing"
     with conn.cursor() as cur:
         cur.executemany(
             "insert into eosflow.rejected (pipeline, kafka_topic, kafka_partition, kafka_offset, "

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 
+from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.rows import one_row
 from eosflow.schema import ddl
@@ -143,7 +144,7 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
     """
     schema, table = pipeline.target_table.split(".")
     target = sql.Identifier(schema, table)
-    keyed = pipeline.delivery == "exactly_once"
+    keyed = pipeline.delivery == Delivery.EXACTLY_ONCE
     with conn.transaction():
         # `create ... if not exists` races in the catalog when two runs of a new pipeline start at once.
         conn.execute(
