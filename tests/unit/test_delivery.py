@@ -1,71 +1,35 @@
-"""The delivery modes are an enum (eosflow.delivery.Delivery), parsed once where a pipeline or a publisher is
-declared and compared as members after; what a user reads of one (an error, a log line) and what is written
-of it (JSON, a Spark task's pickle) stays the text declared, byte for byte."""
-
-from __future__ import annotations
-
-import json
-import pickle
-
 import pytest
-import yaml
 
-from eosflow import settings as settings_mod
-from eosflow.delivery import Delivery
-from eosflow.errors import PipelineConfigError
-from eosflow.pipelines import DELIVERY_MODES, _parse
-from eosflow.publish.declaration import load_publisher
-
-PIPELINE = {
-    "topics": ["orders"],
-    "target_table": "raw.orders",
-    "columns": [{"name": "id", "type": "bigint", "required": True}],
-}
-PUBLISHER = {"table": "outbox.orders", "topic": "orders.out", "id": "id"}
+from eosflow_dev.produce.producer import Delivery, DeliveryConfigError
 
 
-def _publisher(tmp_path, **change):
-    path = tmp_path / "pipelines.yml"
-    path.write_text(yaml.safe_dump({"pipelines": {}, "publishers": {"p": PUBLISHER | change}}))
-    return load_publisher(settings_mod.load(), "p", path)
+@pytest.mark.parametrize(
+    ("delivery", "message"),
+    [
+        (Delivery(acks="1"), "idempotent producer needs acks=all"),
+        (Delivery(acks="2", idempotence=False), "acks must be 0, 1 or all"),
+        (Delivery(transactional_id="t", idempotence=False, acks="all"), "transactions need the idempotent"),
+        (Delivery(transactional_id="t", txn_size=0), "--txn-size must be at least 1"),
+        (Delivery(transactional_id="t", abort_ratio=1.5), "--abort-ratio must be between 0 and 1"),
+        (Delivery(abort_ratio=0.2), "--abort-ratio needs --transactional-id"),
+    ],
+)
+def test_contradicting_settings_are_refused_with_the_reason(delivery, message):
+    with pytest.raises(DeliveryConfigError, match=message):
+        delivery.validate()
 
 
-@pytest.mark.parametrize("text", ["exactly_once", "at_least_once", "at_most_once"])
-def test_a_pipelines_delivery_is_parsed_once_into_a_member(text):
-    pipeline = _parse("orders", {**PIPELINE, "delivery": text}, "pipeline orders")
-    assert pipeline.delivery is Delivery(text)
+def test_client_config_carries_the_guarantee_settings():
+    conf = Delivery(
+        acks="all", idempotence=True, transactional_id="tx-1", extra={"linger.ms": "20"}
+    ).client_config("127.0.0.1:1")
+    assert conf["acks"] == "all"
+    assert conf["enable.idempotence"] is True
+    assert conf["transactional.id"] == "tx-1"
+    assert conf["linger.ms"] == "20"  # -X overrides the default
 
 
-def test_a_pipeline_without_delivery_is_exactly_once():
-    assert _parse("orders", PIPELINE, "pipeline orders").delivery is Delivery.EXACTLY_ONCE
-
-
-def test_an_unknown_pipeline_delivery_is_refused_naming_the_modes_as_text():
-    with pytest.raises(PipelineConfigError) as refused:
-        _parse("orders", {**PIPELINE, "delivery": "twice"}, "pipeline orders")
-    assert str(refused.value) == (
-        "pipeline orders: delivery 'twice' unknown; one of ['exactly_once', 'at_least_once', 'at_most_once']"
-    )
-
-
-@pytest.mark.parametrize("text", ["exactly_once", "at_least_once"])
-def test_a_publishers_delivery_is_parsed_once_into_a_member(tmp_path, text):
-    assert _publisher(tmp_path, delivery=text).delivery is Delivery(text)
-    assert _publisher(tmp_path).delivery is Delivery.EXACTLY_ONCE
-
-
-@pytest.mark.parametrize("text", ["at_most_once", "twice"])
-def test_a_publisher_refuses_what_it_cannot_deliver_as_before(tmp_path, text):
-    with pytest.raises(PipelineConfigError) as refused:
-        _publisher(tmp_path, delivery=text)
-    assert str(refused.value).endswith(
-        f"publisher 'p': delivery {text!r} unknown; exactly_once, or at_least_once (for comparison only)"
-    )
-
-
-def test_what_is_shown_or_written_of_a_mode_is_its_text():
-    for mode in Delivery:
-        assert str(mode) == f"{mode}" == mode.value and mode == mode.value
-        assert json.dumps({"delivery": mode}) == json.dumps({"delivery": mode.value})
-        assert pickle.loads(pickle.dumps(mode)) is mode  # a Spark task receives the member
-    assert DELIVERY_MODES == ("exactly_once", "at_least_once", "at_most_once")  # the lab's order
+def test_plain_acks_one_without_idempotence_is_allowed():
+    conf = Delivery(acks="1", idempotence=False).client_config("127.0.0.1:1")
+    assert conf["acks"] == "1" and conf["enable.idempotence"] is False
+    assert "transactional.id" not in conf
