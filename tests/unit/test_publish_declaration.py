@@ -9,6 +9,7 @@ from eosflow import settings as settings_mod
 from eosflow.pipelines import PipelineConfigError
 from eosflow.publish.declaration import load_publisher, load_publishers
 from eosflow.publish.position import Position
+from eosflow.publish.row_format import RowFormat
 
 BASE = {"table": "outbox.orders", "topic": "orders.out", "id": "id", "key": "customer_id"}
 
@@ -61,3 +62,17 @@ def test_an_unknown_publisher_names_the_declared_ones(tmp_path):
 
 def test_a_position_survives_its_json_form():
     assert Position.from_json(Position(2**40, "ord-7").to_json()) == Position(2**40, "ord-7")
+
+
+@pytest.mark.parametrize("text", ["json", "avro", "protobuf"])
+def test_a_publishers_format_is_parsed_once_into_a_member_shown_as_its_text(tmp_path, text):
+    p = load_publisher(settings_mod.load(), "p", _write(tmp_path, {"p": BASE | {"format": text}}))
+    assert p.format is RowFormat(text) and f"writes {p.format}" == f"writes {text}"
+    assert load_publisher(settings_mod.load(), "p", _write(tmp_path, {"p": BASE})).format is RowFormat.JSON
+
+
+def test_an_unknown_publisher_format_is_refused_as_before(tmp_path):
+    with pytest.raises(PipelineConfigError) as refused:
+        load_publishers(settings_mod.load(), _write(tmp_path, {"p": BASE | {"format": "xml"}}))
+    message = "publisher 'p': format 'xml' unknown; json (default), avro or protobuf"
+    assert str(refused.value).endswith(message)

@@ -9,6 +9,7 @@ from eosflow import names
 from eosflow.declaration_numbers import whole_number
 from eosflow.delivery import Delivery
 from eosflow.pipelines import PipelineConfigError, pipelines_file, read_file
+from eosflow.publish.row_format import RowFormat
 from eosflow.settings import Settings
 
 # Every key a publisher's entry may have (docs/reference/pipelines.md lists them).
@@ -34,7 +35,7 @@ class Publisher:
     # at_least_once: the lab's comparison (its position stored in Postgres, after the batch)
     delivery: Delivery = Delivery.EXACTLY_ONCE
     dead_letter_topic: str = ""  # rows JSON cannot carry, with the reason; "" means <topic>.rejected
-    format: str = "json"  # json | avro | protobuf: the outbox's columns as a registered schema
+    format: RowFormat = RowFormat.JSON  # json | avro | protobuf: the outbox's columns as a registered schema
 
     @property
     def rejected_topic(self) -> str:
@@ -146,8 +147,9 @@ def _parse(raw_name: object, spec: object, where: str) -> Publisher:
         )
     delivery = Delivery(delivery)  # parsed once: compared as a member from here on
     fmt = spec.get("format", "json")
-    if fmt not in ("json", "avro", "protobuf"):
+    if fmt not in tuple(RowFormat):
         raise PipelineConfigError(f"{where}: format {fmt!r} unknown; json (default), avro or protobuf")
+    fmt = RowFormat(fmt)  # parsed once: compared as a member from here on
     assert isinstance(id_column, str)  # names.column checked it above
     return Publisher(
         name, table, topic, id_column, spec.get("key"), rows, float(seconds), delivery, dead_letter, fmt

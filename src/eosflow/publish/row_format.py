@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -27,6 +28,15 @@ from eosflow.settings import Settings
 
 if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
     from eosflow.publish.declaration import Publisher
+
+
+class RowFormat(StrEnum):
+    """How a publisher writes a row's value (`format:`): parsed once where the publisher is declared."""
+
+    JSON = "json"  # one JSON object (eosflow.publish.outbox.row_value)
+    AVRO = "avro"  # the outbox's columns as a registered Avro schema, Confluent's wire format
+    PROTOBUF = "protobuf"  # ... as a registered Protobuf schema
+
 
 _SCALARS = {
     "text": "text",
@@ -79,7 +89,7 @@ def row_encoder(
 ) -> Callable[[outbox.OutboxRow], bytes]:
     """How the publisher writes a row's value: JSON (outbox.row_value), or the outbox's columns as a
     registered Avro or Protobuf schema. Refused before anything is published without a registry."""
-    if publisher.format == "json":
+    if publisher.format == RowFormat.JSON:
         return outbox.row_value
     if settings.registry is None:
         from eosflow.errors import PipelineConfigError
@@ -92,7 +102,7 @@ def row_encoder(
     registry = settings.registry
     assert registry is not None  # refused above without one
     encode: Callable[[Sequence[object]], bytes]
-    if publisher.format == "avro":
+    if publisher.format == RowFormat.AVRO:
         from eosflow.schema.avro_out import register_output as register_avro
 
         encode = register_avro(registry, publisher.name, schema, publisher.topic)
