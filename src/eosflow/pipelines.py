@@ -6,6 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 
 import yaml
@@ -23,6 +24,16 @@ from eosflow.sinks.protocol import Sink
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
 # the other two exist to show, with real faults, what they cost.
 DELIVERY_MODES: tuple[Delivery, ...] = tuple(Delivery)
+
+
+class PipelineMode(StrEnum):
+    """How a pipeline runs (`mode:`), parsed once where it is declared."""
+
+    BATCH = "batch"  # the ingest DAG on its interval
+    STREAM = "stream"  # `eosflow stream` as a service; the DAG runs when triggered
+
+
+MODES: tuple[PipelineMode, ...] = tuple(PipelineMode)
 
 # Upper bounds of the numbers a declaration takes (docs/reference/pipelines.md lists them).
 MAX_RECORDS_PER_PARTITION = 1_000_000_000
@@ -78,7 +89,7 @@ class Pipeline:
     wake_on_records: bool = False
     # batch: the ingest DAG runs on its interval. stream: `eosflow stream` runs it (a service); the ingest
     # DAG runs only when triggered, and eosflow_health checks the stream keeps up.
-    mode: str = "batch"
+    mode: PipelineMode = PipelineMode.BATCH
 
     @property
     def topic(self) -> str:
@@ -88,9 +99,6 @@ class Pipeline:
     def target_table(self) -> str:
         """The warehouse table holding the output; "" when the sink keeps none."""
         return self.sink.table or ""
-
-
-MODES = ("batch", "stream")
 
 
 def pipelines_file(settings: Settings) -> Path:
@@ -408,10 +416,11 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
     mode = spec.get("mode", "batch")
     if mode not in MODES:
         raise PipelineConfigError(
-            f"{where}: mode {mode!r} must be one of {list(MODES)}: batch (the ingest DAG on its interval) or "
-            "stream (`eosflow stream` as a service; the DAG runs when triggered)"
+            f"{where}: mode {mode!r} must be one of {[m.value for m in MODES]}: batch (the ingest DAG on its "
+            "interval) or stream (`eosflow stream` as a service; the DAG runs when triggered)"
         )
-    if mode == "stream" and wake:
+    mode = PipelineMode(mode)  # parsed once: compared as a member from here on
+    if mode == PipelineMode.STREAM and wake:
         raise PipelineConfigError(
             f"{where}: wake_on_records wakes a batch pipeline's DAG; a stream already reads records as they "
             "arrive: leave wake_on_records out, or make the pipeline mode: batch"

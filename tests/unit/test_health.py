@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from eosflow.observe.health import PipelineHealth, judge
-from eosflow.pipelines import PipelineConfigError, load_all
+from eosflow.pipelines import PipelineConfigError, PipelineMode, load_all
 from tests import orders
 
 
@@ -51,6 +51,12 @@ def _declare(tmp_path, **changes):
 def test_mode_is_batch_by_default_and_stream_when_declared(tmp_path):
     assert load_all(None, _declare(tmp_path))["p"].mode == "batch"
     assert load_all(None, _declare(tmp_path, mode="stream"))["p"].mode == "stream"
+
+
+def test_mode_is_parsed_once_into_a_member_shown_as_its_text(tmp_path):
+    batch, stream = (load_all(None, _declare(tmp_path, mode=m))["p"].mode for m in ("batch", "stream"))
+    assert (batch, stream) == (PipelineMode.BATCH, PipelineMode.STREAM) and isinstance(stream, PipelineMode)
+    assert f"({stream})" == "(stream)"  # as the view shows it
 
 
 @pytest.mark.parametrize(

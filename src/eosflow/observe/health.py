@@ -34,7 +34,7 @@ def stale_limits(declared: Mapping[str, pipelines.Pipeline]) -> dict[str, float]
     intervals = float(os.environ.get("EOSFLOW_STALE_INTERVALS", "3"))
     stream_s = 60 * float(os.environ.get("EOSFLOW_STREAM_STALE_MINUTES", "5"))
     return {
-        name: stream_s if p.mode == "stream" else intervals * interval_s
+        name: stream_s if p.mode == pipelines.PipelineMode.STREAM else intervals * interval_s
         for name, p in sorted(declared.items())
     }
 
@@ -102,7 +102,7 @@ def check(
         last_commit = conn.execute(
             "select extract(epoch from coalesce(%s, now()) - max(committed_at))::float8 from eosflow.plans "
             "where pipeline = %s and status = 'committed' and (%s or run_id like %s)",
-            (now, pipeline.name, pipeline.mode != "stream", STREAM_RUNS),
+            (now, pipeline.name, pipeline.mode != pipelines.PipelineMode.STREAM, STREAM_RUNS),
         )
         (age,) = one_row(last_commit)
     return PipelineHealth(pipeline.name, lag, age, stale_after_s, pipeline.mode)

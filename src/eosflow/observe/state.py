@@ -24,7 +24,7 @@ from eosflow.observe.health import (
     publisher_stale_limit,
     stale_limits,
 )
-from eosflow.pipelines import Pipeline
+from eosflow.pipelines import Pipeline, PipelineMode
 from eosflow.publish.declaration import Publisher
 from eosflow.settings import Settings
 from eosflow.sources.kafka.offsets import partition_offsets
@@ -109,7 +109,7 @@ class PipelineState:
         (a stream's own batches, any commit for a batch pipeline) committed within the limit."""
         if self.stale_after_s is None or self.kafka_error:
             return None  # no limit given, or no lag known
-        counted = self.stream_commit if self.pipeline.mode == "stream" else self.last_commit
+        counted = self.stream_commit if self.pipeline.mode == PipelineMode.STREAM else self.last_commit
         age = None if counted is None else max(0.0, (now() - counted).total_seconds())
         return PipelineHealth(self.pipeline.name, self.lag, age, self.stale_after_s, self.pipeline.mode)
 
