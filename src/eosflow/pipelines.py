@@ -21,9 +21,9 @@ from eosflow.settings import Settings
 from eosflow.sinks import registry
 from eosflow.sinks.protocol import Sink
 
-# The consumer's three semantics (docs/DESIGN.md, "Delivery modes"); exactly-once is the default,
-# the other two exist to show, with real faults, what they cost.
-DELIVERY_MODES: tuple[Delivery, ...] = tuple(Delivery)
+# The consumer's three semantics (docs/DESIGN.md, "Delivery modes"), as text: the lab names its runs and
+# writes its pipelines files (YAML, which has no form for an enum member) with them.
+DELIVERY_MODES: tuple[str, ...] = tuple(mode.value for mode in Delivery)
 
 
 class PipelineMode(StrEnum):
@@ -391,8 +391,7 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
 
     delivery = spec.get("delivery", "exactly_once")
     if delivery not in DELIVERY_MODES:
-        values = [mode.value for mode in DELIVERY_MODES]
-        raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {values}")
+        raise PipelineConfigError(f"{where}: delivery {delivery!r} unknown; one of {list(DELIVERY_MODES)}")
     delivery = Delivery(delivery)  # parsed once: compared as a member from here on
     if schema.changes is not None and not sink_class.keeps_state:
         raise PipelineConfigError(

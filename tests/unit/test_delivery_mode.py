@@ -69,3 +69,12 @@ def test_what_is_shown_or_written_of_a_mode_is_its_text():
         assert json.dumps({"delivery": mode}) == json.dumps({"delivery": mode.value})
         assert pickle.loads(pickle.dumps(mode)) is mode  # a Spark task receives the member
     assert DELIVERY_MODES == ("exactly_once", "at_least_once", "at_most_once")  # the lab's order
+
+
+def test_the_modes_the_lab_writes_into_its_pipelines_files_are_text():
+    """The lab declares each run's delivery from DELIVERY_MODES into YAML, which refuses an enum member
+    (yaml.safe_dump raises RepresenterError): the tuple is the modes' text, each a Delivery's value."""
+    assert all(type(mode) is str for mode in DELIVERY_MODES)
+    assert yaml.safe_load(yaml.safe_dump({"delivery": list(DELIVERY_MODES)})) == {
+        "delivery": [Delivery(mode).value for mode in DELIVERY_MODES]
+    }
