@@ -112,3 +112,18 @@ def test_the_pipeline_role_is_not_a_superuser(running_stack):
         ).fetchone()
     assert superuser is False
     assert owner == running_stack.pg_user
+
+
+def test_up_from_many_processes_at_once_on_a_running_stack_provisions_without_a_race(running_stack):
+    """Each pytest-xdist worker calls stack.up when its session starts; Postgres' provisioning (ALTER ROLE
+    ... PASSWORD) from several at once failed with `tuple concurrently updated` on three workers, and the
+    session fixture's error then failed every test of that worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eosflow_dev.stack.postgres import PostgresService
+
+    def start(_: int) -> None:
+        PostgresService(running_stack).start(log=lambda msg: None)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(start, range(24)))  # raises the first error any start met

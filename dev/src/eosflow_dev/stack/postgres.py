@@ -21,7 +21,7 @@ from urllib.parse import quote
 from eosflow.errors import StackError
 from eosflow.runtime import prereqs
 from eosflow.settings import Settings
-from eosflow_dev.stack import process, secret_files
+from eosflow_dev.stack import process, secret_files, start_lock
 
 START_TIMEOUT_S = 60
 SUPERUSER = "postgres"
@@ -133,6 +133,12 @@ class PostgresService:
 
     def start(self, log=print) -> None:
         ensure_home(self.home, _server_owner())
+        # One start at a time: every pytest-xdist worker calls stack.up, and provisioning (ALTER ROLE ...
+        # PASSWORD) from several at once fails with `tuple concurrently updated`.
+        with start_lock.held(self.home / "start.lock"):
+            self._start(log)
+
+    def _start(self, log=print) -> None:
         if self.pid() is None:
             process.require_free_ports("postgres", self.s.pg_host, self.ports())
             if not (self.data_dir / "PG_VERSION").exists():
