@@ -65,6 +65,11 @@ def test_spark_submit_and_a_session_are_refused_before_a_jvm_starts(tmp_path, mo
     settings = settings_mod.load()
     with pytest.raises(versions.MixedPysparkError, match="pyspark==4.3.0"):
         submit.spark_env(settings)  # the Airflow task's spark-submit, and the CLI test's
+    # A worker that ran a Spark test before holds an active session, which get_spark hands back as it is
+    # (its JVM already runs): the check is for a session about to start.
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
     with pytest.raises(versions.MixedPysparkError, match="pyspark==4.3.0"):
         session.get_spark(settings, "never-started")  # in process, and the job's driver under spark-submit
 
