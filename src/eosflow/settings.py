@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +29,14 @@ def _project_root() -> Path:
         return Path(env).resolve()
     checkout = Path(__file__).resolve().parents[2]
     return checkout if (checkout / "pyproject.toml").exists() else Path.cwd().resolve()
+
+
+def _default_jars_dir(root: Path) -> Path:
+    """A checkout's git-ignored cache; for an installed eosflow, a folder of the environment pip installed it
+    into (a virtualenv, an image), so `eosflow jars fetch` at the image's build needs no setting."""
+    if (Path(__file__).resolve().parents[2] / "pyproject.toml").exists():  # running from a checkout
+        return root / ".cache" / "jars"
+    return Path(sys.prefix) / "share" / "eosflow" / "jars"
 
 
 def _json_object(name: str) -> tuple[tuple[str, str], ...]:
@@ -216,7 +225,7 @@ def ingest_interval() -> timedelta:
 def load() -> Settings:
     root = _project_root()
     state_dir = Path(os.environ.get("EOSFLOW_STATE_DIR") or root / ".stack").resolve()
-    jars_dir = Path(os.environ.get("EOSFLOW_JARS_DIR") or root / ".cache" / "jars").resolve()
+    jars_dir = Path(os.environ.get("EOSFLOW_JARS_DIR") or _default_jars_dir(root)).resolve()
     return Settings(
         root=root,
         state_dir=state_dir,

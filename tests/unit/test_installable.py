@@ -27,6 +27,7 @@ def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {
         "eosflow/spark/task.py",
+        "eosflow/spark/jars.lock",  # what `eosflow jars fetch` downloads and every Spark start checks
         "eosflow/dbt_project/dbt_project.yml",
         "eosflow/dbt_project/profiles.yml",
         "eosflow/dbt_project/models/staging/stg_output.sql",
@@ -85,9 +86,9 @@ def test_an_installed_eosflow_finds_all_of_it_without_the_checkout(wheel, tmp_pa
     )
     assert done.returncode == 0, done.stderr[-3000:]
     probe = """
-import json
+import json, sys
 from eosflow import dbt_build, settings
-from eosflow.spark import submit
+from eosflow.spark import jars, submit
 from eosflow.ledger import migrate
 import eosflow_airflow.dags, eosflow_airflow.hooks.eosflow
 print(json.dumps({
@@ -96,6 +97,7 @@ print(json.dumps({
     "entry": str(submit.SPARK_ENTRY), "entry_ok": submit.SPARK_ENTRY.exists(),
     "migrations": len(list(migrate.MIGRATIONS.glob("*.sql"))),
     "root": str(settings.load().root),
+    "jars_dir": str(settings.load().jars_dir), "prefix": sys.prefix, "locked": len(jars.locked()),
     "dags": eosflow_airflow.dags.__file__,
 }))
 """
@@ -110,3 +112,6 @@ print(json.dumps({
         assert found[key].startswith(str(site)), (key, found[key])  # never the checkout's copy
     assert found["dbt_ok"] and found["entry_ok"] and found["migrations"] >= 5
     assert found["root"] == str(tmp_path.resolve())  # pipelines.yml and state: where it runs
+    # Spark's jars: a folder of the environment eosflow is installed in, not of the working directory
+    assert found["jars_dir"] == str(Path(found["prefix"], "share", "eosflow", "jars").resolve())
+    assert found["locked"] >= 10

@@ -1,4 +1,5 @@
-"""Jars from Maven: checksums enforced, and each jar's SHA-256 recorded in infra/jars.sha256 and checked."""
+"""Jars from Maven: checksums enforced, and each jar's SHA-256 recorded in infra/jars.sha256 (Spark's: in the
+package, eosflow/spark/jars.lock, tests/unit/test_spark_jars.py) and checked."""
 
 from __future__ import annotations
 
@@ -81,18 +82,19 @@ def test_the_dependency_plugin_is_pinned_to_a_current_release(name) -> None:
 
 # -- a copy of a jar folder, tampered ------------------------------------------------------------------------
 def _world(tmp_path: Path, files: dict[str, bytes]) -> settings_mod.Settings:
-    """A checkout with a POM and a lock for the `spark` set, and its jars fetched as the lock says."""
+    """A checkout with a POM and a lock for the `kafka` set (any set locked in infra/jars.sha256; Spark's is
+    locked in the package, tests/unit/test_spark_jars.py), and its jars fetched as the lock says."""
     root = tmp_path / "root"
-    (root / "infra" / "maven" / "spark").mkdir(parents=True)
-    (root / "infra" / "maven" / "spark" / "pom.xml").write_text("<project/>\n")
+    (root / "infra" / "maven" / "kafka").mkdir(parents=True)
+    (root / "infra" / "maven" / "kafka" / "pom.xml").write_text("<project/>\n")
     settings = dataclasses.replace(REAL, root=root, jars_dir=tmp_path / "jars")
-    folder = jars.folder(settings, "spark")
+    folder = jars.folder(settings, "kafka")
     for rel, body in files.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_bytes(body)
-    lock = "".join(f"{hashlib.sha256(b).hexdigest()}  spark/{rel}\n" for rel, b in sorted(files.items()))
+    lock = "".join(f"{hashlib.sha256(b).hexdigest()}  kafka/{rel}\n" for rel, b in sorted(files.items()))
     (root / "infra" / "jars.sha256").write_text("# comment\n" + lock)
-    jars.mark_fetched(settings, "spark")
+    jars.mark_fetched(settings, "kafka")
     return settings
 
 
@@ -101,45 +103,45 @@ FILES = {"a-1.0.jar": b"PK a", "lib/b-2.0.jar": b"PK b"}
 
 def test_jars_as_locked_pass(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
-    assert jars.is_fetched(settings, "spark")
-    assert jars.fetch(settings, "spark", log=lambda _: None) == jars.folder(settings, "spark")
+    assert jars.is_fetched(settings, "kafka")
+    assert jars.fetch(settings, "kafka", log=lambda _: None) == jars.folder(settings, "kafka")
 
 
 def test_a_changed_jar_is_refused_though_the_marker_says_fetched(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
-    with (jars.folder(settings, "spark") / "lib" / "b-2.0.jar").open("ab") as jar:
+    with (jars.folder(settings, "kafka") / "lib" / "b-2.0.jar").open("ab") as jar:
         jar.write(b"evil")
-    assert jars.is_fetched(settings, "spark")  # the marker alone would have let it through
+    assert jars.is_fetched(settings, "kafka")  # the marker alone would have let it through
     with pytest.raises(StackError, match=r"(?s)lib/b-2\.0\.jar: changed.*eosflow stack fetch --update-lock"):
-        jars.fetch(settings, "spark", log=lambda _: None)
+        jars.fetch(settings, "kafka", log=lambda _: None)
 
 
 def test_an_extra_jar_is_refused(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
-    (jars.folder(settings, "spark") / "planted-0.1.jar").write_bytes(b"PK planted")
+    (jars.folder(settings, "kafka") / "planted-0.1.jar").write_bytes(b"PK planted")
     with pytest.raises(StackError, match=r"planted-0\.1\.jar.*not in infra/jars\.sha256"):
-        jars.verify(settings, "spark")
+        jars.verify(settings, "kafka")
 
 
 def test_a_missing_jar_is_refused(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
-    (jars.folder(settings, "spark") / "a-1.0.jar").unlink()
+    (jars.folder(settings, "kafka") / "a-1.0.jar").unlink()
     with pytest.raises(StackError, match=r"a-1\.0\.jar.*missing"):
-        jars.verify(settings, "spark")
+        jars.verify(settings, "kafka")
 
 
 def test_a_changed_lock_means_fetch_again(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
     lock = settings.root / "infra" / "jars.sha256"
     lock.write_text(lock.read_text().replace(hashlib.sha256(b"PK a").hexdigest(), "0" * 64))
-    assert not jars.is_fetched(settings, "spark")
+    assert not jars.is_fetched(settings, "kafka")
 
 
 def test_another_sets_lock_lines_do_not_refetch_this_one(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
     lock = settings.root / "infra" / "jars.sha256"
-    lock.write_text(lock.read_text() + f"{'1' * 64}  kafka/k-1.jar\n")
-    assert jars.is_fetched(settings, "spark")
+    lock.write_text(lock.read_text() + f"{'1' * 64}  registry/k-1.jar\n")
+    assert jars.is_fetched(settings, "kafka")
 
 
 def test_a_copy_of_the_real_spark_jars_tampered_is_refused(tmp_path) -> None:
@@ -167,16 +169,8 @@ def test_update_lock_is_a_flag_of_stack_fetch(capsys) -> None:
     assert other.func(other) == 2 and "stack fetch` only" in capsys.readouterr().err
 
 
-def test_spark_is_handed_no_jar_the_lock_does_not_know(tmp_path) -> None:
-    settings = _world(tmp_path, FILES)
-    assert [p.name for p in jars.spark_jars(settings)] == ["a-1.0.jar"]
-    (jars.folder(settings, "spark") / "planted-0.1.jar").write_bytes(b"PK planted")
-    with pytest.raises(StackError, match="planted-0.1.jar"):
-        jars.spark_jars(settings)
-
-
 def test_without_the_lock_nothing_is_used(tmp_path) -> None:
     settings = _world(tmp_path, FILES)
     (settings.root / "infra" / "jars.sha256").unlink()
     with pytest.raises(StackError, match="jars.sha256 is missing"):
-        jars.spark_jars(settings)
+        jars.verify(settings, "kafka")

@@ -61,7 +61,6 @@ def spark_job(task_id: str, **kwargs: Any) -> dict[str, Any]:
         task_id=task_id,
         conn_id="spark_default",
         application=str(SPARK_ENTRY),
-        jars=str(s.jars_dir / "spark" / "*.jar"),  # Spark expands the glob itself
         name=f"eosflow-{task_id}",
         # No env_vars: a template field is serialized with the DAG and shown in Rendered Templates. The
         # job's environment is made when the task runs (EosflowSparkSubmitOperator.job_env).
@@ -93,12 +92,14 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
     _job_env: dict[str, str]  # spark-submit's environment, secrets included (set in execute, never templated)
 
     def execute(self, context: Any) -> None:
+        from eosflow.spark import jars
         from eosflow.spark.submit import package
 
         hook = EosflowHook()
         settings = hook.settings()
         self._job_env = self.job_env(hook, settings)
         self.py_files = str(package(settings))  # this version's own archive, whatever others build
+        self.jars = ",".join(str(j) for j in jars.check(settings))  # the worker's, checked against the lock
         self._hook = None  # built from the values above
         try:
             return super().execute(context)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from eosflow import settings as settings_mod
 from eosflow.errors import PipelineConfigError, StackError
@@ -197,6 +198,23 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jars(args: argparse.Namespace) -> int:
+    """`eosflow jars fetch|check`: exit 0 when the folder holds exactly the lock's jars, 1 when not."""
+    from eosflow.spark import jars
+
+    settings = settings_mod.load()
+    try:
+        if args.jars_command == "fetch":
+            jars.fetch(args.dir or jars.folder(settings), args.repository, log=print)
+        else:
+            found = jars.check(settings)
+            print(f"Spark's jars in {jars.folder(settings)}: the {len(found)} the lock names, each as locked")
+    except StackError as exc:
+        _error(exc)
+        return 1
+    return 0
+
+
 def cmd_metrics(args: argparse.Namespace) -> int:
     from eosflow.observe.exporter import serve
 
@@ -280,6 +298,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("partition", help="migrate an exactly-once target made before partitioned targets")
     p.add_argument("--pipeline", required=True, help="a pipeline named in pipelines.yml")
     p.set_defaults(func=cmd_partition)
+
+    from eosflow.spark.jars import MAVEN_CENTRAL
+
+    p = sub.add_parser("jars", help="Spark's jars beyond pyspark's own, fetched and checked against the lock")
+    jars_sub = p.add_subparsers(dest="jars_command", required=True)
+    j = jars_sub.add_parser(
+        "fetch", help="download the locked jars into EOSFLOW_JARS_DIR/spark, each checked by its SHA-256"
+    )
+    j.add_argument(
+        "--repository",
+        default=MAVEN_CENTRAL,
+        help="a repository in Maven's layout: a mirror's https:// URL, or file:// (default Maven Central)",
+    )
+    j.add_argument(
+        "--dir", type=Path, help="the jars folder (default EOSFLOW_JARS_DIR/spark, which Spark reads)"
+    )
+    j.set_defaults(func=cmd_jars)
+    j = jars_sub.add_parser("check", help="the jars folder against the lock (what every Spark start checks)")
+    j.set_defaults(func=cmd_jars)
 
     p = sub.add_parser(
         "metrics",

@@ -20,6 +20,7 @@ from pathlib import Path
 from eosflow.errors import StackError
 from eosflow.runtime import prereqs
 from eosflow.settings import Settings
+from eosflow.spark import jars as spark_jars
 
 CLASSPATHS = ("kafka", "spark", "registry")
 # What mvn does with each POM: copy the runtime jars, or (the schema registry, a ready-built app
@@ -57,7 +58,10 @@ def folder(settings: Settings, name: str) -> Path:
 
 
 def locked(settings: Settings, name: str) -> dict[str, str]:
-    """The lock's jars of one set: path under the set's folder -> SHA-256."""
+    """The lock's jars of one set: path under the set's folder -> SHA-256. Spark's set is locked in the
+    package (eosflow/spark/jars.lock: an installed eosflow fetches and checks it too), the others here."""
+    if name == "spark":
+        return {jar.file: jar.sha256 for jar in spark_jars.locked()}
     found = {}
     lock = _lock(settings)
     lines = lock.read_text().splitlines() if lock.exists() else []
@@ -157,12 +161,36 @@ def fetch(settings: Settings, name: str, log=print, update_lock: bool = False) -
             f"mvn could not fetch the {name} jars (exit {done.returncode}). Check that Maven Central is "
             f"reachable and ~/.m2/settings.xml is sane, then run `eosflow stack fetch` again.\n{detail}"
         )
-    if update_lock:
+    if update_lock and name == "spark":
+        spark_jars.write_lock(_resolved(settings, mvn, target))
+        log(f"recorded the {len(locked(settings, name))} Spark jars in {spark_jars.LOCK}")
+    elif update_lock:
         write_lock(settings, name)
         log(f"recorded the SHA-256 of {len(locked(settings, name))} {name} jars in {_lock(settings)}")
     verify(settings, name)
     mark_fetched(settings, name)
     return target
+
+
+def _resolved(settings: Settings, mvn: str, target: Path) -> list[spark_jars.LockedJar]:
+    """The jars mvn just copied into `target`, with the coordinates `mvn dependency:list` names them by."""
+    listing = target / ".dependencies.txt"
+    cmd = [mvn, "-B", "-q", "-f", str(_pom(settings, "spark")), "dependency:list", "-DincludeScope=runtime",
+           f"-DoutputFile={listing}", "-DoutputAbsoluteArtifactFilename=false"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StackError(f"mvn dependency:list failed (exit {done.returncode}):\n{done.stdout[-2000:]}")
+    found = []
+    for line in listing.read_text().splitlines():
+        # group:artifact:type[:classifier]:version:scope, then mvn's module notes
+        fields = line.split(" -- ")[0].strip().split(":")
+        if len(fields) in (5, 6) and fields[2] == "jar":
+            group, artifact, version = fields[0], fields[1], fields[-2]
+            classifier = fields[3] if len(fields) == 6 else ""
+            file = spark_jars.LockedJar("", group, artifact, version, classifier).file
+            found.append(spark_jars.LockedJar(_sha256(target / file), group, artifact, version, classifier))
+    listing.unlink()
+    return found
 
 
 def write_lock(settings: Settings, name: str) -> None:
@@ -186,15 +214,3 @@ _LOCK_HEAD = (
 def classpath(settings: Settings, name: str) -> str:
     """A java -cp value for one of the cached classpaths."""
     return str(folder(settings, name) / "*")
-
-
-def spark_jars(settings: Settings) -> list[Path]:
-    """The jars to pass to Spark (spark.jars / --jars): the Kafka connector and the JDBC driver, checked
-    against the lock first (about 0.1 s), as they are used long after the fetch that checked them."""
-    jars = sorted(folder(settings, "spark").glob("*.jar"))
-    if not jars:
-        raise StackError(
-            f"No Spark connector jars in {folder(settings, 'spark')}; run `eosflow stack fetch` first."
-        )
-    verify(settings, "spark")
-    return jars

@@ -6,9 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.spark import cds, versions
+from eosflow.spark import cds, jars, versions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,7 +64,7 @@ def get_spark(
         if not submitted.contains(key):
             builder = builder.config(key, value)
     if not submitted.contains("spark.jars"):
-        builder = builder.config("spark.jars", ",".join(str(j) for j in jars.spark_jars(settings)))
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars.check(settings)))
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

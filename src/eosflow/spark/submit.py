@@ -10,9 +10,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from eosflow.runtime import jars
 from eosflow.settings import Settings
-from eosflow.spark import versions
+from eosflow.spark import jars, versions
 from eosflow.spark.session import launch_conf
 
 # The entry script spark-submit runs: a file of the installed package, never of a checkout.
@@ -91,7 +90,7 @@ def spark_submit_args(
         "--name",
         f"eosflow-ingest-{pipeline}",
         "--jars",
-        ",".join(str(j) for j in jars.spark_jars(settings)),
+        ",".join(str(j) for j in jars.check(settings)),
         "--py-files",
         str(package(settings)),
         *[arg for key, value in launch_conf(settings).items() for arg in ("--conf", f"{key}={value}")],
