@@ -20,7 +20,14 @@ from airflow.sdk import (
 
 from eosflow.ledger.backfill import MODES
 from eosflow.observe.health import publisher_stale_limit, stale_limits
-from eosflow.pipelines import Pipeline, PipelineConfigError, databases, load_databases, load_each
+from eosflow.pipelines import (
+    Pipeline,
+    PipelineConfigError,
+    PipelineMode,
+    databases,
+    load_databases,
+    load_each,
+)
 from eosflow.publish.declaration import Publisher, load_each_publisher
 from eosflow.settings import Settings, ingest_interval, load
 from eosflow_airflow.hooks.eosflow import with_pipelines_variable
@@ -129,7 +136,7 @@ def ingest_schedule(pipeline: Pipeline, interval: timedelta):
     """Every interval; with wake_on_records also when records arrive. The interval stays, so a pipeline
     never waits on a triggerer that is down or a wake-up that was lost. A stream pipeline's DAG runs only
     when triggered: `eosflow stream` ingests it, and a run beside it would only fence or be fenced."""
-    if pipeline.mode == "stream":
+    if pipeline.mode is PipelineMode.STREAM:
         return None
     if not pipeline.wake_on_records:
         return interval
@@ -400,7 +407,7 @@ def build_marts_dag(pipeline: Pipeline) -> DAG:
     interval = ingest_interval()
     schedule = (
         AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(interval), assets=[source])
-        if pipeline.mode == "stream"
+        if pipeline.mode is PipelineMode.STREAM
         else [source]
     )
 
