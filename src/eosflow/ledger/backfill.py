@@ -14,12 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from numbers import Integral
 
 from eosflow.ledger.planner import PartitionOffsets
 from eosflow.ledger.ranges import OffsetRange
 
-MODES = ("catch-up", "replay")
+
+class BackfillMode(StrEnum):
+    """What a backfill does (`--mode`, the backfill DAG's form): its text is what users type."""
+
+    CATCH_UP = "catch-up"  # reads what no run committed yet, up to the last stable offset
+    REPLAY = "replay"  # re-reads committed ranges, replacing their rows in one commit
+
+
+MODES: tuple[str, ...] = tuple(m.value for m in BackfillMode)  # as text: argparse's choices, a form's enum
 DEFAULT_CHUNK_SIZE = 100_000
 
 
@@ -121,7 +130,7 @@ def plan_ranges(
     ranges: list[OffsetRange] = []
     for p in chosen:
         offs = kafka[p]
-        if request.mode == "catch-up":
+        if request.mode == BackfillMode.CATCH_UP:
             r = _catch_up(p, topic, request, offs, positions.get(p), problems)
         else:
             r = _replay(p, topic, request, offs, committed.get(p), problems)

@@ -20,6 +20,7 @@ from eosflow import names
 from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
+from eosflow.ledger.backfill import BackfillMode
 from eosflow.rows import one_row
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
@@ -195,7 +196,7 @@ class IcebergSink(Sink):
 
     def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
         """A state table keeps no changelog: a replay has nothing to rebuild a range's state from."""
-        if mode == "replay" and pipeline.schema.changes is not None:
+        if mode == BackfillMode.REPLAY and pipeline.schema.changes is not None:
             from eosflow.ledger.backfill import BackfillError
 
             raise BackfillError(

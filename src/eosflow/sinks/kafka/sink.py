@@ -21,6 +21,7 @@ from eosflow.declaration_numbers import whole_number
 from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
+from eosflow.ledger.backfill import BackfillMode
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
@@ -186,7 +187,7 @@ class KafkaSink(Sink):
 
     def refuse_backfill(self, pipeline: Pipeline, mode: str) -> None:
         """A replay re-writes committed records; into a topic that is a second copy for every consumer."""
-        if mode == "replay":
+        if mode == BackfillMode.REPLAY:
             from eosflow.ledger.backfill import BackfillError
 
             raise BackfillError(
