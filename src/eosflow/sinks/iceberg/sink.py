@@ -24,6 +24,8 @@ from eosflow.ledger.backfill import BackfillMode
 from eosflow.rows import one_row
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
+from eosflow.sinks.deletes import Deletes
+from eosflow.sinks.deletes import parse as parse_deletes
 from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
 
 
@@ -39,7 +41,7 @@ class IcebergSink(Sink):
     keeps_state: ClassVar[bool] = True
 
     iceberg_table: str  # namespace.name in the catalog
-    deletes: str = "hard"  # a change stream's: hard (a deleted key's row goes) or soft (stays, deleted_at)
+    deletes: Deletes = Deletes.HARD  # a change stream's (sinks/deletes.py)
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> IcebergSink:
@@ -59,12 +61,7 @@ class IcebergSink(Sink):
                     "changes: debezium (or keyed) and primary_key, or remove deletes"
                 )
             return cls(table)
-        deletes = spec.get("deletes", "hard")
-        if deletes not in ("hard", "soft"):
-            raise PipelineConfigError(
-                f"{where}: deletes {deletes!r} must be hard (a deleted key's row is removed) or soft (it "
-                "stays, with deleted_at)"
-            )
+        deletes = parse_deletes(spec, where)
         return cls(table, deletes)
 
     @property
@@ -98,7 +95,7 @@ class IcebergSink(Sink):
             if schema.changes is None:
                 columns, key = valid_columns(schema), ()
             else:  # the table is the state: a row per key (state.py)
-                columns, key = state.columns(schema, self.deletes == "soft"), schema.primary_key
+                columns, key = state.columns(schema, self.deletes is Deletes.SOFT), schema.primary_key
             table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log, key)
             storage.probe(table)
         # The table is read only once reconcile has read the ledger: the table commits before the
@@ -160,7 +157,8 @@ class IcebergSink(Sink):
             elif schema.changes is not None:
                 kafka = run.settings.kafka
                 raw = partial(records_at, kafka)  # a rejected change's record, quoted as it is in Kafka
-                outcomes = state.commit(table, plan, written, schema, self.deletes == "soft", run.log, raw)
+                soft = self.deletes is Deletes.SOFT
+                outcomes = state.commit(table, plan, written, schema, soft, run.log, raw)
             else:
                 outcomes = commit.commit(table, plan, written)
         run.log(
@@ -235,7 +233,7 @@ class IcebergSink(Sink):
         if pipeline.schema.changes is not None:
             from eosflow.sinks.iceberg.verify_state import verify_state_table
 
-            return verify_state_table(settings, pipeline, self.iceberg_table, self.deletes == "soft")
+            return verify_state_table(settings, pipeline, self.iceberg_table, self.deletes is Deletes.SOFT)
         from eosflow.sinks.iceberg.verify import verify_iceberg_sink
 
         return verify_iceberg_sink(settings, pipeline, self.iceberg_table)

@@ -22,6 +22,8 @@ from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
+from eosflow.sinks.deletes import Deletes
+from eosflow.sinks.deletes import parse as parse_deletes
 from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
 
 
@@ -37,7 +39,7 @@ class PostgresSink(Sink):
 
     target_table: str  # a change stream's changelog
     state_table: str = ""  # a change stream's current state, one row per primary key (state.py)
-    deletes: str = "hard"  # hard: a deleted key's row goes; soft: it stays with deleted_at
+    deletes: Deletes = Deletes.HARD
 
     @classmethod
     def declare(cls, spec: Mapping[str, Any], schema: RecordSchema, where: str) -> PostgresSink:
@@ -59,12 +61,7 @@ class PostgresSink(Sink):
         state = names.table(spec["state_table"], "state_table", where)
         if state == table:
             raise PipelineConfigError(f"{where}: state_table and target_table must be two tables")
-        deletes = spec.get("deletes", "hard")
-        if deletes not in ("hard", "soft"):
-            raise PipelineConfigError(
-                f"{where}: deletes {deletes!r} must be hard (a deleted key's row is removed) or soft (it "
-                "stays, with deleted_at)"
-            )
+        deletes = parse_deletes(spec, where)
         return cls(table, state, deletes)
 
     @property
@@ -88,7 +85,7 @@ class PostgresSink(Sink):
         if self.state_table:
             from eosflow.sinks.postgres.state import ensure_state_table
 
-            ensure_state_table(conn, pipeline, self.state_table, self.deletes == "soft")
+            ensure_state_table(conn, pipeline, self.state_table, self.deletes is Deletes.SOFT)
         target.sweep_staging(conn, log)
 
     def write(self, conn: psycopg.Connection, run: Run) -> dict[tuple[str, int], int]:
@@ -140,7 +137,7 @@ class PostgresSink(Sink):
                 "state_schema": schema_name,
                 "primary_key": list(pipeline.schema.primary_key),
                 "image_columns": [c.name for c in image(pipeline.schema)],
-                "soft_deletes": self.deletes == "soft",
+                "soft_deletes": self.deletes is Deletes.SOFT,
             }
         return run_dbt(
             settings,

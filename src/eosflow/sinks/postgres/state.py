@@ -22,6 +22,7 @@ from eosflow.delivery import Delivery
 from eosflow.ledger.ranges import OffsetRange
 from eosflow.rows import one_row
 from eosflow.schema.changes import declared
+from eosflow.sinks.deletes import Deletes
 from eosflow.sinks.protocol import Pipeline
 
 KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
@@ -41,7 +42,7 @@ _ORDER = ", ".join(_TERMS)
 def of(pipeline: Pipeline) -> tuple[str, bool] | None:
     """The pipeline's state table and whether its deletes are soft; None for a pipeline that appends."""
     table = getattr(pipeline.sink, "state_table", "")
-    return (table, getattr(pipeline.sink, "deletes", "hard") == "soft") if table else None
+    return (table, getattr(pipeline.sink, "deletes", Deletes.HARD) == Deletes.SOFT) if table else None
 
 
 def _ident(table: str) -> sql.Identifier:
