@@ -30,7 +30,7 @@ from eosflow.schema.debezium_values import (  # noqa: F401  (OPS, PLACEHOLDER: w
     TOMBSTONE,
     debezium_forms,
 )
-from eosflow.schema.declaration import Column, RecordSchema
+from eosflow.schema.declaration import Column, RecordFormat, RecordSchema
 
 Result = tuple[str | None, list | None]
 
@@ -57,7 +57,7 @@ class ChangeCheck:
 
         self.schema = schema
         self.max_value_bytes = max_value_bytes
-        image = dataclasses.replace(schema, columns=declared(schema), changes=None, format="json")
+        image = dataclasses.replace(schema, columns=declared(schema), changes=None, format=RecordFormat.JSON)
         self.full = RecordCheck(image, max_value_bytes, compiled=False)
         # A delete's image (and an update's with TOAST placeholders) may hold only the key: the rest optional.
         key = schema.primary_key

@@ -12,12 +12,28 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from eosflow.schema.patterns import Pattern, PatternError
 from eosflow.schema.types import BAD, ColumnType, UnknownTypeError, Value, parse_type
 
-FORMATS = ("json", "avro", "protobuf", "text", "bytes")
-REGISTRY_FORMATS = ("avro", "protobuf")  # their writer schemas come from a schema registry
+
+class RecordFormat(StrEnum):
+    """How a record's value is written (`format:`); its text is what users declare and read in messages."""
+
+    JSON = "json"
+    AVRO = "avro"
+    PROTOBUF = "protobuf"
+    TEXT = "text"
+    BYTES = "bytes"
+
+    def __repr__(self) -> str:  # messages quote a format as the user declared it: 'avro', not the member
+        return repr(self.value)
+
+
+FORMATS: tuple[str, ...] = tuple(f.value for f in RecordFormat)  # as text, for messages and docs
+# Their writer schemas come from a schema registry (and a key may be in one of them: `key_format`).
+REGISTRY_FORMATS: tuple[RecordFormat, ...] = (RecordFormat.AVRO, RecordFormat.PROTOBUF)
 KEY_KINDS = ("text", "bytes")  # or a declared scalar type: the key's text read as that type
 # Columns every target has besides the declared ones (eosflow.schema.ddl).
 RESERVED_COLUMNS = frozenset(
@@ -78,10 +94,10 @@ class RecordSchema:
     """What a pipeline's records hold and how each becomes a row of its target."""
 
     columns: tuple[Column, ...]
-    format: str = "json"
+    format: RecordFormat = RecordFormat.JSON
     key: str = "text"  # text | bytes | a scalar type's spelling (then key_type is that type)
     key_type: ColumnType | None = None
-    key_format: str | None = None  # avro | protobuf: the key in the Confluent wire format, decoded
+    key_format: RecordFormat | None = None  # avro | protobuf: the key in the Confluent wire format, decoded
     business_key: str | None = None
     transform: str | None = None  # a Python function making the rows (eosflow.schema.user_transform)
     text_pattern: Pattern | None = None  # format: text, parsed into columns by named groups
@@ -102,15 +118,18 @@ class RecordSchema:
 
 def parse_schema(spec: dict, where: str) -> RecordSchema:
     """The RecordSchema of a pipeline's `format`, `key`, `columns` and `business_key` settings."""
-    fmt = spec.get("format", "json")
-    if fmt not in FORMATS:
-        raise DeclarationError(f"{where}: format {fmt!r} unknown; one of {list(FORMATS)}")
-    key_format = spec.get("key_format")
-    if key_format is not None and key_format not in REGISTRY_FORMATS:
+    raw_format = spec.get("format", "json")
+    if raw_format not in FORMATS:
+        raise DeclarationError(f"{where}: format {raw_format!r} unknown; one of {list(FORMATS)}")
+    fmt = RecordFormat(raw_format)
+    raw_key_format = spec.get("key_format")
+    registry_formats = [f.value for f in REGISTRY_FORMATS]
+    if raw_key_format is not None and raw_key_format not in registry_formats:
         raise DeclarationError(
-            f"{where}: key_format {key_format!r} unknown; one of {list(REGISTRY_FORMATS)} (a key in the "
+            f"{where}: key_format {raw_key_format!r} unknown; one of {registry_formats} (a key in the "
             "Confluent wire format), or leave it out to read the key's bytes as `key` says"
         )
+    key_format = None if raw_key_format is None else RecordFormat(raw_key_format)
     key, key_type = _key(spec.get("key", "text"), where)
     if key_format is not None and key_type is None:  # a decoded key is typed: text and bytes too
         key_type = parse_type("bytea" if key == "bytes" else "text")
