@@ -32,6 +32,10 @@ QUORUM_LOST_GRACE_S = 3.0  # for the last nodes to exit once too few voters are 
 SESSION_TIMEOUT_MS = 6000  # how long the controller waits before fencing a silent broker
 METADATA_WAIT_S = 30.0  # a broker just (re)started may not know a topic yet
 HEARTBEAT_MS = 1000
+# The client JIT only (C1), for the nodes and their storage formatting: these JVMs live a minute or two and
+# carry a few thousand records, so C2's compilations never pay back. Measured on two loaded cores: a
+# three-node start (format included) 33-39 CPU-s -> 19-21, up in 16-20 s instead of 39, failover unchanged.
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 
 
 @dataclass(frozen=True)
@@ -430,7 +434,7 @@ class KraftCluster:
         todo = [n for n in nodes if n is not None]
         runs = {
             n: subprocess.Popen(
-                format_command(self.s, self.log4j, self._config(n), cluster_id),
+                _with_jvm_options(format_command(self.s, self.log4j, self._config(n), cluster_id)),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -453,6 +457,7 @@ class KraftCluster:
             proc = subprocess.Popen(
                 [
                     prereqs.java(),
+                    *JVM_OPTIONS,
                     "-Xms128m",
                     "-Xmx512m",
                     "-XX:+UseG1GC",
@@ -533,6 +538,11 @@ num.replica.fetchers=1
 background.threads=2
 log.retention.check.interval.ms=5000
 """
+
+
+def _with_jvm_options(command: list[str]) -> list[str]:
+    """A `java ...` command with JVM_OPTIONS right after the java binary."""
+    return [command[0], *JVM_OPTIONS, *command[1:]]
 
 
 def _listening(host: str, port: int) -> bool:
