@@ -1,8 +1,10 @@
 """Toxiproxy (Shopify), a real fault-injecting TCP proxy, built from source and driven over HTTP.
 
-The server is built once with the machine's Go into `<project>/.cache/bin/toxiproxy-server`
-(module, build caches and GOPATH under `<project>/.cache/go`), pinned to TOXIPROXY_VERSION (or, with a
-Go older than 1.23, to OLD_GO_TOXIPROXY_VERSION), and reused while its `--version` says a pinned version.
+The server is built once with the machine's Go into `<project>/.cache/bin/toxiproxy-server`, pinned to
+TOXIPROXY_VERSION (or, with a Go older than 1.23, to OLD_GO_TOXIPROXY_VERSION), and reused while its
+`--version` says a pinned version. The modules and the compiled packages stay in Go's own caches (`go env
+GOMODCACHE GOCACHE`: ~/go/pkg/mod and ~/.cache/go-build unless set), the machine's as Maven's ~/.m2 holds the
+jars, so a fresh clone on a machine that built it once links it in seconds.
 Its HTTP API (README, "HTTP API") is spoken with urllib: no client library.
 """
 
@@ -82,19 +84,17 @@ def build(root: Path, log=print) -> Path:
     go = _go()
     version = version_for(_go_minor(go))
     want = version.lstrip("v")
-    go_home = root / ".cache" / "go"
     env = dict(
         os.environ,
         GOBIN=str(binary.parent),
-        GOPATH=str(go_home),
-        GOCACHE=str(go_home / "cache"),
-        GOMODCACHE=str(go_home / "mod"),
-        # Writable module cache, so `rm -rf .cache/go` works; a static binary that needs no libc match.
+        # Go's own module and build caches, not the clone's: in a fresh clone a cold build downloaded and
+        # compiled for 35 s (53 CPU-s), with them warm it links in 2-4 s (1 CPU-s).
+        # Modules written writable (`rm -rf` can remove them); a static binary that needs no libc match.
         GOFLAGS="-modcacherw",
         CGO_ENABLED="0",
     )
     binary.parent.mkdir(parents=True, exist_ok=True)
-    log(f"building toxiproxy {version} into {binary} with {go} (first time only, ~1 min)")
+    log(f"building toxiproxy {version} into {binary} with {go} (a machine's first build takes ~1 min)")
     started = time.monotonic()
     try:
         done = subprocess.run(
