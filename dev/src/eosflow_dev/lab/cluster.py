@@ -147,11 +147,12 @@ class KraftCluster:
         return state in ("T", "t")
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, log=print) -> None:
+    def start(self, log=print, wait: bool = True) -> None:
         """Start every node that is not running and wait until all are registered brokers.
 
         Idempotent: a running cluster is left alone, a node killed earlier is started again. All
         nodes are formatted with one cluster id (kept in home/cluster.id), the first time only.
+        wait=False: launch them and return; a later start() waits for them.
         """
         prereqs.java()
         jars.fetch(self.s, "kafka", log=log)
@@ -167,9 +168,11 @@ class KraftCluster:
             # would each wait for the others anyway.
             for node in to_start:
                 self._launch(node, log)
+            if not wait:
+                return
             self._wait_registered(self.nodes, START_TIMEOUT_S)
             log(f"kafka cluster up on {self.bootstrap_servers} in {time.monotonic() - started:.1f}s")
-        else:
+        elif wait:
             self._wait_registered(self.nodes, START_TIMEOUT_S)
 
     def start_node(self, node: int, log=print) -> None:
