@@ -16,7 +16,7 @@ from tests.integration.test_declared_pipeline import _produce
 from tests.integration.test_protobuf_registry import serialize
 from tests.integration.test_text_formats import declare
 from tests.protobuf_reader import message_class
-from tests.unit.test_protobuf_decode import Order, full_order
+from tests.unit.schema.test_protobuf_decode import Order, full_order
 
 pytestmark = pytest.mark.integration
 

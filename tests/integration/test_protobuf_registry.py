@@ -24,7 +24,7 @@ from eosflow.schema import protobuf
 from eosflow.schema.avro import RegistryConfig, SchemaRegistry
 from eosflow.schema.protobuf import ProtobufDecoder
 from eosflow.schema.protobuf_wire import header, split
-from tests.unit.test_protobuf_decode import (
+from tests.unit.schema.test_protobuf_decode import (
     ADDRESS,
     DEFAULTS,
     FULL,

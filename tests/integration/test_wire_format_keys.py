@@ -17,7 +17,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from tests.integration.test_declared_pipeline import _produce
 from tests.integration.test_protobuf_registry import serializer
 from tests.integration.test_text_formats import declare
-from tests.unit.test_protobuf_decode import Other
+from tests.unit.schema.test_protobuf_decode import Other
 
 pytestmark = pytest.mark.integration
 

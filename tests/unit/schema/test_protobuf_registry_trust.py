@@ -16,7 +16,7 @@ import pytest
 
 from eosflow.schema import protobuf_schema
 from eosflow.schema.protobuf import encode
-from tests.unit.test_protobuf_decode import ADDRESS, ORDERS, Order, decoder_for
+from tests.unit.schema.test_protobuf_decode import ADDRESS, ORDERS, Order, decoder_for
 
 LEAF = 'syntax = "proto3";\npackage evil;\nmessage E { int64 x = 1; }\n'
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 REGENERATE = "run `.venv/bin/python docs/_gen/reference.py` and commit docs/reference/"
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_test_that_starts_the_stack_fails_under_make_unit_and_says_to_mark_it(tmp_path) -> None:

@@ -28,7 +28,8 @@ from eosflow_dev.produce import events
 from tests import orders
 from tests.integration import test_poison_values as poison_values
 from tests.random import world
-from tests.unit import test_checks, test_record_check, test_transform
+from tests.unit import test_checks, test_transform
+from tests.unit.schema import test_record_check
 
 UUID_A, UUID_B = "0b9a4f3e-5c6d-4e7f-8a9b-0c1d2e3f4a5b", "7d3c1e2f-0000-4000-8000-00000000abcd"
 

@@ -27,7 +27,7 @@ from eosflow.pipelines import _parse
 from eosflow.schema.changes import PLACEHOLDER, ChangeCheck
 from eosflow.schema.compiled import MAX_DEPTH
 from eosflow_dev.bench.change_load import envelope, generate
-from tests.unit import test_change_check
+from tests.unit.schema import test_change_check
 
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
 UUID_A = "0b9a4f3e-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
@@ -655,7 +655,7 @@ def test_a_record_debezium_wrote_takes_the_fast_path_with_the_same_answer() -> N
     """The change Debezium 3.6.1's PostgreSQL connector wrote for a table of most column types (JsonConverter,
     schemas.enable: tests/unit/data/debezium_change_with_schema.json), as the converter writes it (compact),
     every column declared: decoded and typed in C, not left to the Python check."""
-    record = json.loads((Path(__file__).parent / "data" / "debezium_change_with_schema.json").read_text())
+    record = json.loads((Path(__file__).parents[1] / "data" / "debezium_change_with_schema.json").read_text())
     columns = [
         {"name": "id", "type": "bigint", "required": True},
         {"name": "name", "type": "text", "source": "$.Name"},

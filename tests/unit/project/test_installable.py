@@ -15,7 +15,7 @@ import pytest
 
 from tests.install.wheel import build_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

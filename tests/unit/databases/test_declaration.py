@@ -13,7 +13,7 @@ from eosflow.databases.discover import _merge, _shape_of
 from eosflow.databases.schema_block import SchemaBlockError, TableShape, shape
 from eosflow.errors import PipelineConfigError
 
-RECORD = json.loads((Path(__file__).parent / "data" / "debezium_change_with_schema.json").read_text())
+RECORD = json.loads((Path(__file__).parents[1] / "data" / "debezium_change_with_schema.json").read_text())
 
 
 def _types(found: TableShape) -> dict[str, str]:

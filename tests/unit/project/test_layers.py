@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "src"
 PLUGINS = ROOT / "plugins"
 REGISTRY = SRC / "eosflow" / "sinks" / "registry.py"

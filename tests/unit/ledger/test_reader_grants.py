@@ -9,7 +9,7 @@ from pathlib import Path
 
 from eosflow.ledger.migrate import MIGRATIONS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MIGRATION = MIGRATIONS / "012_reader_reads_what_the_view_shows.sql"
 # Later migrations grant what they add (013: a database entry's members, by name and topic).
 LATER = sorted(p for p in MIGRATIONS.glob("*.sql") if p.name > MIGRATION.name)
