@@ -3,31 +3,37 @@ and Iceberg sinks return from Sink.verify and `eosflow verify` keeps (eosflow.ve
 
 The project ships in the package (eosflow/dbt_project; `dbt/` in a checkout links to it).
 
-`run_dbt` runs `dbt build` (staging views, marts, and the invariant tests I1-I6 of DESIGN.md) in a
-process of its own, then reads `run_results.json` and, for each failing test, the first offending
-rows dbt stored (`store_failures`: schema `analytics_failures`, `analytics_failures_<pipeline>` for
-any pipeline but orders), which name the partition and the range or offsets. dbt writes its target
-and logs under the state directory, one folder per pipeline, so a read-only checkout works and two
-pipelines can be verified at once.
+`run_dbt` runs `dbt build` (staging views, marts, and the invariant tests I1-I6 of DESIGN.md) in the
+calling process, through dbt's programmatic API (dbtRunner: dbt is imported once per process, about 3 s,
+not once per verification), one invocation at a time, then reads `run_results.json` and, for each
+failing test, the first offending rows dbt stored (`store_failures`: schema `analytics_failures`,
+`analytics_failures_<pipeline>` for any pipeline but orders), which name the partition and the range
+or offsets. dbt writes its target and logs under the state directory, one folder per pipeline, so a
+read-only checkout works and two pipelines can be verified at once (one after the other in a process).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from eosflow.settings import Settings
+
+if TYPE_CHECKING:
+    from dbt_common.events.base_types import EventMsg
 
 # The dbt project ships inside the package (the checkout's dbt/ is a link to it): an installed eosflow
 # verifies without a checkout.
@@ -50,6 +56,13 @@ _LIBPQ_ENV = {
 MART_COLUMNS = frozenset(
     {"event_id", "event_type", "event_time", "order_id", "customer_id", "amount_cents", "currency"}
 )
+# dbt keeps its state per process (flags, adapters, its event manager) and reads the profile's variables
+# from os.environ: its documentation supports invocations one after another in a process, never two at once.
+_DBT_LOCK = threading.Lock()
+_CONSOLE_LEVELS = frozenset({"info", "warn", "error"})  # what dbt's console shows at its default level
+_NOT_ON_CONSOLE = frozenset({"CacheAction", "CacheDumpGraph"})  # dbt's console leaves these out too
+_DBT_LOGGERS = ("stdout_log", "file_log")  # the Python loggers of dbt's console and of its dbt.log
+_CANCEL_EVERY_S = 1.0  # past the deadline, how often dbt's open queries are cancelled again
 
 
 @dataclass(frozen=True)
@@ -162,8 +175,8 @@ def run_dbt(
     results_path = target_dir / "run_results.json"
     results_path.unlink(missing_ok=True)  # never read a previous run's results
     project = DBT_PROJECT
-    cmd = [
-        _dbt_executable(), "build",
+    args = [
+        "build",
         "--project-dir", str(project), "--profiles-dir", str(project),
         "--target-path", str(target_dir), "--log-path", str(log_dir),
         "--vars", json.dumps({
@@ -174,26 +187,33 @@ def run_dbt(
         "--no-use-colors",
     ]  # fmt: skip
     if select:
-        cmd += ["--select", *select]
+        args += ["--select", *select]
     excluded = ([] if business_key else [I6_TEST]) + ([] if marts else ["tag:orders"])
     if excluded:
-        cmd += ["--exclude", *excluded]
-    env = dict(
-        os.environ,
-        EOSFLOW_PG_HOST=settings.pg_host,
-        EOSFLOW_PG_PORT=str(settings.pg_port),
-        EOSFLOW_PG_DATABASE=settings.pg_database,
-        EOSFLOW_PG_USER=settings.pg_user,
-        EOSFLOW_PG_PASSWORD=settings.pg_password,
+        args += ["--exclude", *excluded]
+    env = {
+        "EOSFLOW_PG_HOST": settings.pg_host,
+        "EOSFLOW_PG_PORT": str(settings.pg_port),
+        "EOSFLOW_PG_DATABASE": settings.pg_database,
+        "EOSFLOW_PG_USER": settings.pg_user,
+        "EOSFLOW_PG_PASSWORD": settings.pg_password,
         # dbt's profile (dbt/profiles.yml) takes sslmode; libpq reads the rest of the parameters
-        # (sslrootcert, ...) from its own PG* variables, which dbt's connection inherits.
-        EOSFLOW_PG_SSLMODE=dict(settings.pg_options).get("sslmode", "prefer"),
+        # (sslrootcert, ...) from its own PG* variables, which dbt's connections read from os.environ.
+        "EOSFLOW_PG_SSLMODE": dict(settings.pg_options).get("sslmode", "prefer"),
         **{_LIBPQ_ENV[k]: v for k, v in settings.pg_options if k in _LIBPQ_ENV},
-        DBT_LOG_PATH=str(log_dir),
-        DBT_TARGET_PATH=str(target_dir),
-    )
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-    output = done.stdout + done.stderr
+        "DBT_LOG_PATH": str(log_dir),
+        "DBT_TARGET_PATH": str(target_dir),
+    }
+    lines: list[str] = []
+    with _DBT_LOCK, _environment(env), _Deadline(timeout_s) as deadline:
+        returncode = _invoke(args, lines)
+    if deadline.passed:
+        raise TimeoutError(
+            f"dbt build of pipeline {pipeline_name!r} ran past its {timeout_s:g} s and its queries were "
+            f"cancelled: look in {log_dir / 'dbt.log'} for the query it was in (a lock held on the table?), "
+            "or give it a longer timeout_s"
+        )
+    output = "".join(f"{line}\n" for line in lines)
     checks = _read_results(settings, target_dir) if results_path.exists() else ()
     if not business_key:
         checks = (
@@ -206,12 +226,124 @@ def run_dbt(
             ),
             *checks,
         )
-    return VerifyResult(pipeline_name, done.returncode, checks, output, target_dir)
+    return VerifyResult(pipeline_name, returncode, checks, output, target_dir)
 
 
-def _dbt_executable() -> str:
-    beside = Path(sys.executable).parent / "dbt"  # the dbt of this interpreter's environment
-    return str(beside) if beside.exists() else shutil.which("dbt") or "dbt"
+def _invoke(args: list[str], lines: list[str]) -> int:
+    """One dbt invocation in this thread; dbt's exit code (0 success, 1 a model or test failed, 2 dbt
+    failed); its console lines appended to `lines`, never to stdout."""
+    with _dbt_loggers_restored():
+        from dbt.cli.main import dbtRunner  # about 3 s on the first call of a process (and loads a .env)
+        from dbt_common.events.event_manager_client import cleanup_event_logger
+        from dbt_common.events.functions import env_scrubber
+        from dbt_common.events.logger import PRINT_EVENT_NAMES
+
+        def console(msg: EventMsg) -> None:  # the lines dbt's console logger would print, as it formats them
+            info = msg.info
+            if info.level not in _CONSOLE_LEVELS or info.name in _NOT_ON_CONSOLE:
+                return
+            text = env_scrubber(info.msg)  # type: ignore[attr-defined]  # every event has one (dbt's logger reads it)
+            lines.append(text if info.name in PRINT_EVENT_NAMES else f"{datetime.now(UTC):%H:%M:%S}  {text}")
+
+        cleanup_event_logger()  # dbt's import gave its events a console on sys.stdout: none may reach it
+        # No console logger (the callback has its lines); dbt.log keeps its debug lines.
+        quiet = ["--log-level", "none", "--log-level-file", "debug"]
+        try:
+            result = dbtRunner(callbacks=[console]).invoke([*args, *quiet])
+        finally:
+            cleanup_event_logger()  # its loggers and our callback
+    if result.exception is not None and not isinstance(result.exception, Exception):
+        # Ctrl-C, Airflow's task timeout or termination, pytest's timeout: BaseExceptions dbt caught on
+        # their way through it; they stop the caller, as they did when dbt was a child process.
+        raise result.exception
+    if result.exception is not None:
+        error = env_scrubber(str(result.exception))
+        if error not in "\n".join(lines):  # dbt's own errors are logged as events, a usage error is not
+            lines.append(error)
+        return 2
+    return 0 if result.success else 1
+
+
+@contextmanager
+def _dbt_loggers_restored() -> Iterator[None]:
+    """dbt's two Python loggers (propagate=False: never the root's handlers) end with the handlers they had
+    before: dbt replaces them with its own at each invocation (its console on sys.stdout, dbt.log), and
+    pytest attaches its capture to every logger that does not propagate. dbt.log is closed after."""
+    known = logging.Logger.manager.loggerDict
+    kept = {name: list(getattr(known.get(name), "handlers", [])) for name in _DBT_LOGGERS}
+    try:
+        yield
+    finally:
+        for name, handlers in kept.items():
+            logger = logging.getLogger(name)
+            for handler in [h for h in logger.handlers if h not in handlers]:
+                logger.removeHandler(handler)
+                if isinstance(handler, logging.FileHandler):
+                    handler.close()  # never the console's: it is sys.stdout
+            for handler in [h for h in handlers if h not in logger.handlers]:
+                logger.addHandler(handler)
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with `env` for dbt's invocation (its profile and libpq read them there; dbt's import and
+    each invocation also load a .env), then exactly as it was; and the working directory as it was."""
+    saved, cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key in [k for k in os.environ if k not in saved]:
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+
+
+class _Deadline:
+    """What replaces the subprocess's kill at timeout_s: dbt runs in this thread, which nothing can kill, so
+    past the deadline a watchdog thread cancels dbt's open queries with dbt's own cancellation (its Ctrl-C's:
+    pg_terminate_backend of each connection), again every second until the invocation returns, and run_dbt
+    raises TimeoutError instead of returning a verdict. A hang outside a query (none is known) is not cut."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.passed = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="dbt-deadline", daemon=True)
+
+    def __enter__(self) -> _Deadline:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.timeout_s):
+            return
+        self.passed = True
+        while True:
+            _cancel_dbt_queries()
+            if self._done.wait(_CANCEL_EVERY_S):
+                return
+
+
+def _cancel_dbt_queries() -> None:
+    from dbt.adapters.base import BaseAdapter
+    from dbt.adapters.factory import FACTORY
+
+    for adapter in list(FACTORY.adapters.values()):
+        if not isinstance(adapter, BaseAdapter):
+            continue
+        try:
+            with adapter.connection_named("eosflow_deadline"):
+                adapter.cancel_open_connections()
+        except Exception:  # noqa: BLE001 - the invocation may be ending (its adapters reset): nothing to cancel
+            continue
 
 
 def _read_results(settings: Settings, target_dir: Path) -> tuple[CheckResult, ...]:

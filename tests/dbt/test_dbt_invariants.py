@@ -1,19 +1,28 @@
 """The dbt project catches each kind of damage with exactly the matching invariant test.
 
 One real ingest (two partitions, two runs, so every partition has two ledger ranges). Each
-corruption is committed (dbt runs in a process of its own and must see it), dbt builds and tests,
-and the warehouse is restored from a snapshot taken right after the ingest, in a `finally`.
+corruption is committed (dbt reads through connections of its own and must see it), dbt builds and
+tests, and the warehouse is restored from a snapshot taken right after the ingest, in a `finally`.
+At the end, on the same ingest: dbt runs in the calling process without leaving its logging,
+environment or stdout changed, one invocation at a time, and a deadline still stops it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
+import re
 import shutil
+import threading
+import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -305,3 +314,115 @@ def test_each_corruption_fails_exactly_its_test(ingested, clean, corruption):
 
 def test_every_invariant_has_a_corruption():
     assert {name for name, _ in CORRUPTIONS.values()} == set(INVARIANT_TESTS.values())
+
+
+# -- dbt in the calling process: nothing of the caller's left changed, one invocation at a time, a deadline --
+def _loggers() -> dict[str, tuple[int, list[logging.Handler], bool, bool]]:
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return {
+        lg.name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+        for lg in loggers
+        if isinstance(lg, logging.Logger)
+    }
+
+
+def test_dbt_runs_in_this_process_and_leaves_its_logging_environment_and_stdout_as_they_were(
+    ingested, clean, capfd, caplog
+):
+    caplog.set_level(logging.INFO)  # the caller's logging as pytest (or Airflow's task log) set it
+    log = dbt_build.dbt_dirs(ingested.case.settings, ingested.case.name)[1] / "dbt.log"
+    logged = log.stat().st_size
+    loggers, environ, cwd, threads = _loggers(), dict(os.environ), os.getcwd(), threading.active_count()
+    capfd.readouterr()
+
+    result = ingested.dbt()
+
+    assert result.ok and result.returncode == 0, result.output[-3000:]
+    out, err = capfd.readouterr()
+    assert out == "" and "Running with dbt" not in err  # dbt's console lines are in output, nowhere else
+    lines = result.output.splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d  Running with dbt=\S+", lines[0]), lines[:3]
+    assert any(re.search(r"Done\. PASS=\d+ WARN=0 ERROR=0", line) for line in lines), lines[-5:]
+    assert "Acquiring new postgres connection" not in result.output  # the console's level: info
+    assert "Acquiring new postgres connection" in log.read_text()[logged:]  # dbt.log keeps debug
+
+    after = _loggers()
+    assert {name: after[name] for name in loggers} == loggers  # every logger as it was, the root's too
+    new = [(n, h) for n, (_, handlers, *_) in after.items() if n not in loggers for h in handlers]
+    assert all(isinstance(h, logging.NullHandler) for _, h in new), new  # dbt's own hold no stream
+    assert not any("Running with dbt" in r.getMessage() for r in caplog.records)
+    logging.getLogger("eosflow.tests").info("after dbt")
+    assert caplog.records[-1].getMessage() == "after dbt"  # the caller's capture still works
+    assert dict(os.environ) == environ and os.getcwd() == cwd
+    assert threading.active_count() == threads  # dbt's thread pool and the deadline's watchdog ended
+
+
+def _span(log: Path) -> tuple[str, str]:
+    """(first, last) timestamp of the last invocation dbt wrote to a dbt.log."""
+    last = log.read_text().rsplit("=" * 30 + " ", 1)[1]
+    stamps = re.findall(r"^(\d\d:\d\d:\d\d\.\d+) \[", last, re.MULTILINE)
+    return stamps[0], stamps[-1]
+
+
+def test_dbt_runs_one_invocation_at_a_time_and_no_password_reaches_its_output_or_log(ingested, clean):
+    """Two threads verify at once, one with a wrong password: dbt reads its profile's variables from the
+    process's environment, so each must run alone, with its own; and a password is never printed."""
+    settings, name = ingested.case.settings, ingested.case.name
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    runs = {"verify": settings, "wrong_password": dataclasses.replace(settings, pg_password=wrong)}
+    results: dict[str, dbt_build.VerifyResult] = {}
+
+    def verify(purpose: str) -> None:
+        results[purpose] = dbt_build.run_dbt(runs[purpose], name, name, purpose=purpose)
+
+    threads = [threading.Thread(target=verify, args=(purpose,)) for purpose in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    good, bad = results["verify"], results["wrong_password"]
+    assert good.ok and good.returncode == 0, good.output[-3000:]  # it never met the other's password
+    assert bad.returncode == 2 and not bad.checks, bad.output[-3000:]  # dbt itself failed: no results
+    assert "password authentication failed" in bad.output
+    assert "dbt did not run (exit code 2)" in bad.table()
+    bad_log = dbt_build.dbt_dirs(settings, name, "wrong_password")[1] / "dbt.log"
+    assert wrong not in bad.output and wrong not in bad_log.read_text()
+    good_log = dbt_build.dbt_dirs(settings, name)[1] / "dbt.log"
+    spans = sorted([_span(good_log), _span(bad_log)])
+    assert spans[0][1] < spans[1][0], spans  # one ended before the other began
+
+
+def test_past_timeout_s_dbt_queries_are_cancelled_and_run_dbt_raises(ingested, clean):
+    """In the calling process there is no child to kill: past timeout_s dbt's queries are cancelled (a
+    lock held on the table keeps them waiting here) and run_dbt raises instead of returning a verdict."""
+    settings, name = ingested.case.settings, ingested.case.name
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with psycopg.connect(settings.warehouse_dsn) as holder:  # a transaction: the lock until rollback
+            holder.execute(sql.SQL("lock table {} in access exclusive mode").format(ingested.table))
+            locked.set()
+            release.wait(60)  # bounded: if nothing cancels dbt's queries, the test fails, it does not hang
+            holder.rollback()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"ran past its 2 s and its queries were cancelled"):
+            dbt_build.run_dbt(settings, name, name, timeout_s=2)
+        elapsed = time.monotonic() - started
+        with psycopg.connect(settings.warehouse_dsn) as conn:
+            waiting = conn.execute(
+                "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                " and datname = current_database() and query like %s and query not like 'lock table%%'",
+                (f"%{name}%",),
+            ).fetchone()
+    finally:
+        release.set()
+        holder.join()
+    assert waiting == (0,)  # no query of dbt's is left waiting for the lock
+    assert elapsed < 45, elapsed
+    assert ingested.dbt().ok  # and the next verification runs as ever
