@@ -1,7 +1,7 @@
 """Writes docs/reference/*.md from what the code already knows (a dev tool, not part of eosflow).
 
 Run `.venv/bin/python docs/_gen/reference.py [OUT_DIR]` after changing a flag, a setting, a pipeline key, an
-exit code or a metric; tests/unit/test_docs_reference.py fails while the committed pages differ.
+exit code or a metric; tests/unit/project/test_docs_reference.py fails while the committed pages differ.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 `verify_pipeline` asks the pipeline's sink (Sink.verify): the warehouse sink runs the dbt project on its
 table (eosflow.dbt_build); the Kafka sink reads its topics back (eosflow.sinks.kafka.verify). The arrow
-points one way: verify asks the sink, and a sink never imports this module (tests/unit/test_layers.py).
+points one way: verify asks the sink, and a sink never imports this module
+(tests/unit/project/test_layers.py).
 """
 
 from __future__ import annotations

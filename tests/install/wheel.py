@@ -1,5 +1,6 @@
 """The product wheel, built as a fresh clone would build it: the unit test of its contents
-(tests/unit/test_installable.py) and the clean-install test (test_clean_install.py) install the same."""
+(tests/unit/project/test_installable.py) and the clean-install test (test_clean_install.py) install the
+same."""
 
 from __future__ import annotations
 

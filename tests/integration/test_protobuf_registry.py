@@ -3,7 +3,7 @@
 The serializer registers the writer schema (base64 of a FileDescriptorProto) and its reference with
 the stack's Apicurio Registry and frames each record; eosflow's decoder fetches the schema back and
 gives the JSON-like dict. The same schema registered as .proto text over REST (as the Java serializer
-or a person does) decodes the same bytes. The schemas are tests/unit/test_protobuf_decode.py's.
+or a person does) decodes the same bytes. The schemas are tests/unit/schema/test_protobuf_decode.py's.
 """
 
 from __future__ import annotations

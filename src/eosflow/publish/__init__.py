@@ -12,7 +12,7 @@ One module per step, in the order a run takes them:
 - `run`: the loop that fences, reads the position and produces each batch with it (the CLI's and the
   Airflow task's `publish`).
 
-The modules keep the layers of docs/development/layout.md (tests/unit/test_layers.py): `position` with the
-ledger, `offsets`, `outbox` and `row_format` with the sources, `declaration` with the declarations and `run`
-with the runners. This package's own module imports nothing.
+The modules keep the layers of docs/development/layout.md (tests/unit/project/test_layers.py): `position` with
+the ledger, `offsets`, `outbox` and `row_format` with the sources, `declaration` with the declarations and
+`run` with the runners. This package's own module imports nothing.
 """

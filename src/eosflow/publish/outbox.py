@@ -36,7 +36,7 @@ from eosflow.publish.position import Position
 from eosflow.rows import one_row
 from eosflow.schema.arrow import json_text
 
-if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
+if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/project/test_layers.py)
     from eosflow.publish.declaration import Publisher
 
 # An outbox row as psycopg's dict_row reads it: its columns by name, the publisher's own table's.

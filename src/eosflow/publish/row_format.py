@@ -26,7 +26,7 @@ from eosflow.schema.declaration import Column, RecordSchema
 from eosflow.schema.types import MAX_NUMERIC_PRECISION, parse_type
 from eosflow.settings import Settings
 
-if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/test_layers.py)
+if TYPE_CHECKING:  # typed only: the sources sit below the declarations (tests/unit/project/test_layers.py)
     from eosflow.publish.declaration import Publisher
 
 

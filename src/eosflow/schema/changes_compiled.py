@@ -16,7 +16,7 @@ As eosflow.schema.compiled, the fast path only ever answers "a valid change, typ
 (rejected, a TOAST placeholder, a form only the Python check reads, a `payload` without its `schema`) it
 answers None and `ChangeCheck` runs its Python check, which gives every verdict and reason. So what must
 hold is that the fast path never accepts a record the Python check rejects, nor types one otherwise
-(tests/unit/test_change_check_compiled.py holds the two to the same answers, Python types included).
+(tests/unit/schema/test_change_check_compiled.py holds the two to the same answers, Python types included).
 
 What the Python check refuses as "not JSON", msgspec refuses too (malformed JSON, NaN and the infinities,
 trailing data, a document that is not an object, lone surrogates; invalid UTF-8 goes through Python's strict

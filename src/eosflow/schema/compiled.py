@@ -6,7 +6,7 @@ cannot decide exactly. The fast path only ever answers "valid, and these are the
 any other record it answers None and eosflow.schema.record runs its Python check, which gives the
 verdict and the reason. The reasons are thus the Python check's by construction; what must hold is
 that the fast path never accepts a record that check rejects, nor types a value otherwise
-(tests/unit/test_compiled_check.py holds the two to the same answers).
+(tests/unit/schema/test_compiled_check.py holds the two to the same answers).
 
 Per column type (a column alone on its top-level key; see `_scalar`):
 

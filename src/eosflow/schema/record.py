@@ -28,7 +28,7 @@ A JSON record passing 1 and 2 goes first through the declaration's compiled fast
 (eosflow.schema.compiled: msgspec, in C), which only ever answers "valid, typed so"; any other
 record is checked here as if there were none, so every verdict it does not give, and every reason,
 is this module's. The Python check stays the reference the fast path is tested against
-(tests/unit/test_compiled_check.py), and `RecordCheck(..., compiled=False)` runs it alone.
+(tests/unit/schema/test_compiled_check.py), and `RecordCheck(..., compiled=False)` runs it alone.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ class RecordCheck:
     def typed(self, doc: dict) -> list | None:
         """The typed columns if every rule passes, else None: the common case, without messages.
 
-        Equivalent to first_error(doc) being None (tests/unit/test_record_check.py holds them to
+        Equivalent to first_error(doc) being None (tests/unit/schema/test_record_check.py holds them to
         it); the error is only worked out, rule by rule and in order, for a record that fails.
         """
         return self._typed(doc)

@@ -1,5 +1,5 @@
 """Jars from Maven: checksums enforced, and each jar's SHA-256 recorded in infra/jars.sha256 (Spark's: in the
-package, eosflow/spark/jars.lock, tests/unit/test_spark_jars.py) and checked."""
+package, eosflow/spark/jars.lock, tests/unit/spark/test_jars.py) and checked."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_the_dependency_plugin_is_pinned_to_a_current_release(name) -> None:
 # -- a copy of a jar folder, tampered ------------------------------------------------------------------------
 def _world(tmp_path: Path, files: dict[str, bytes]) -> settings_mod.Settings:
     """A checkout with a POM and a lock for the `kafka` set (any set locked in infra/jars.sha256; Spark's is
-    locked in the package, tests/unit/test_spark_jars.py), and its jars fetched as the lock says."""
+    locked in the package, tests/unit/spark/test_jars.py), and its jars fetched as the lock says."""
     root = tmp_path / "root"
     (root / "infra" / "maven" / "kafka").mkdir(parents=True)
     (root / "infra" / "maven" / "kafka" / "pom.xml").write_text("<project/>\n")
