@@ -34,6 +34,7 @@ _SHARED_GROUPS = {
     "tests/airflow/test_browser.py": "airflow_server",
     "tests/airflow/test_browser_view.py": "airflow_server",
     "tests/airflow/test_eosflow_view.py": "airflow_server",
+    "tests/airflow/test_kafka_wake.py": "airflow_server",
     "tests/airflow/test_standalone_rest.py": "airflow_server",
 }
 # The longest groups start first, so none is left to run alone at the end.

@@ -1,10 +1,12 @@
 import dataclasses
 import json
+import time
 from collections import defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pytest
+import yaml
 from confluent_kafka import TopicPartition
 
 from eosflow.kafka_admin import admin
@@ -25,21 +27,73 @@ def token_of(server, settings, username: str) -> str:
     return body["access_token"]
 
 
-@pytest.fixture(scope="session")
-def airflow_server(running_stack, tmp_path_factory):
-    """A running `airflow standalone` whose only pipeline has committed data (so replays can run).
+def dag_runs(server, dag_id: str) -> list[dict]:
+    code, body = server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100", token=server.token())
+    assert code == 200, body
+    return body["dag_runs"]
 
-    Besides `admin`, a user `outsider` who may log in and read no DAG (no role in Airflow's
-    SimpleAuthManager): the eosflow view must show them no pipeline."""
+
+def settled(server, dag_id: str, timeout: float = 180) -> None:
+    """The DAG is parsed and the scheduler is done with it: no run active, the next interval a day away."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, dag = server.request("GET", f"/api/v2/dags/{dag_id}", token=server.token())
+        if code == 200 and dag.get("next_dagrun_run_after"):
+            next_run = datetime.fromisoformat(dag["next_dagrun_run_after"].replace("Z", "+00:00"))
+            idle = all(r["state"] in ("success", "failed") for r in dag_runs(server, dag_id))
+            if idle and next_run > datetime.now(UTC) + timedelta(hours=1):
+                return
+        time.sleep(3)
+    raise AssertionError(f"{dag_id} did not settle in {timeout}s:\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def shared_airflow(running_stack, tmp_path_factory):
+    """A running `airflow standalone` serving two pipelines: one with committed data (so replays can run)
+    and one that wakes on records (tests/airflow/test_kafka_wake.py: a standalone of its own cost that test
+    about 100 s, its start and its first scheduled run). Each keeps a pipelines file of its own, for what
+    a test runs outside Airflow; the server reads both from a third.
+
+    The ingest interval is a day: every run is one a test triggers or wakes, never one of the schedule's
+    (each ingest DAG runs once at start, as a DAG unpaused at creation does). Besides `admin`, a user
+    `outsider` who may log in and read no DAG (no role in Airflow's SimpleAuthManager): the eosflow view
+    must show them no pipeline."""
     root = tmp_path_factory.mktemp("airflow-server")
     pipeline = IngestCase(running_stack, root / "pipelines.yml")
+    woken = IngestCase(running_stack, root / "woken.yml", spec={"wake_on_records": True})
+    woken.create_topic(2)  # before the start: the triggerer's watcher subscribes to it
     pipeline.produce(600, seed=501, partitions=2)
     first = pipeline.ingest_process("--run-id", "seed-run")
     assert first.returncode == 0, first.stderr[-2000:]
-    users = {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{airflow_local.ADMIN_USER}:admin,{OUTSIDER}:"}
-    server = standalone.start(running_stack, root / "state", pipeline.config_path, env=users)
-    yield server, pipeline
-    standalone.stop(server)
+    served = root / "served.yml"
+    served.write_text(yaml.safe_dump({"pipelines": {p.name: p.spec for p in (pipeline, woken)}}))
+    env = {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{airflow_local.ADMIN_USER}:admin,{OUTSIDER}:",
+        "EOSFLOW_INGEST_INTERVAL_MINUTES": str(24 * 60),
+    }
+    server = standalone.start(running_stack, root / "state", served, env=env)
+    try:
+        # Each ingest DAG's first run (made at once, unpaused at creation) done before any test: it would
+        # compete with the first test for the CPU, and ingest records a test produced to see lag.
+        for each in (pipeline, woken):
+            settled(server, f"eosflow_ingest_{each.name}", timeout=600)
+        yield server, pipeline, woken
+    finally:
+        standalone.stop(server)  # the wake group stays, like the topics: the broker expires it (retention)
+
+
+@pytest.fixture(scope="session")
+def airflow_server(shared_airflow):
+    """The shared standalone and its pipeline with committed data."""
+    server, pipeline, _ = shared_airflow
+    return server, pipeline
+
+
+@pytest.fixture(scope="session")
+def woken(shared_airflow):
+    """The shared standalone and its pipeline that wakes on records (its topic made, nothing produced)."""
+    server, _, woken = shared_airflow
+    return server, woken
 
 
 class TaskOutcomes:

@@ -1,19 +1,22 @@
 """Kafka-woken ingest DAGs, end to end: a real `airflow standalone` (scheduler, triggerer), the real broker
 and Postgres. Records produced to a `wake_on_records: true` pipeline's topic wake its ingest DAG through
 an AssetWatcher; nobody triggers it and its interval (a day here) never comes; the records land once.
+
+On the suite's shared standalone (tests/airflow/conftest.py `woken`: its pipeline of its own, its triggerer),
+which also serves the pipeline of the REST and browser tests: every check below names this pipeline's DAG,
+asset, table and groups.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
 from eosflow.kafka_admin import admin
 from eosflow.sinks.kafka.produce import group_id as sink_group_id
-from eosflow_dev.stack import airflow_server as standalone
+from tests.airflow.conftest import dag_runs, settled
 from tests.integration.ingest_case import IngestCase
 
 pytestmark = pytest.mark.integration
@@ -21,44 +24,11 @@ pytestmark = pytest.mark.integration
 WAKE_GROUP = "eosflow.wake.{}"
 
 
-@pytest.fixture(scope="module")
-def woken(running_stack, tmp_path_factory):
-    """A server of its own: its only pipeline wakes on records, and its interval is a day."""
-    root = tmp_path_factory.mktemp("airflow-wake")
-    pipeline = IngestCase(running_stack, root / "pipelines.yml", spec={"wake_on_records": True})
-    pipeline.create_topic(2)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("EOSFLOW_INGEST_INTERVAL_MINUTES", str(24 * 60))
-        server = standalone.start(running_stack, root / "state", pipeline.config_path)
-    yield server, pipeline
-    standalone.stop(server)  # its wake group stays, like its topic: the broker expires it (offsets retention)
-
-
-def _runs(server, dag_id: str) -> list[dict]:
-    code, body = server.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100", token=server.token())
-    assert code == 200, body
-    return body["dag_runs"]
-
-
-def _settled(server, dag_id: str, timeout: float = 180) -> None:
-    """The DAG is parsed and the scheduler is done with it: no run active, the next interval a day away."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code, dag = server.request("GET", f"/api/v2/dags/{dag_id}", token=server.token())
-        if code == 200 and dag.get("next_dagrun_run_after"):
-            next_run = datetime.fromisoformat(dag["next_dagrun_run_after"].replace("Z", "+00:00"))
-            idle = all(r["state"] in ("success", "failed") for r in _runs(server, dag_id))
-            if idle and next_run > datetime.now(UTC) + timedelta(hours=1):
-                return
-        time.sleep(3)
-    raise AssertionError(f"{dag_id} did not settle in {timeout}s:\n{server.log_tail()}")
-
-
 def _woken_run(server, dag_id: str, known: set[str], timeout: float = 240) -> dict:
     """The first run that is not in `known`, once it has finished."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        new = [r for r in _runs(server, dag_id) if r["dag_run_id"] not in known]
+        new = [r for r in dag_runs(server, dag_id) if r["dag_run_id"] not in known]
         if new and new[0]["state"] in ("success", "failed"):
             return new[0]
         time.sleep(3)
@@ -111,8 +81,9 @@ def test_a_burst_of_records_wakes_the_ingest_dag_once_or_twice_and_lands_every_r
     the wake group is never the Kafka sink's group."""
     server, pipeline = woken
     dag_id = f"eosflow_ingest_{pipeline.name}"
-    _settled(server, dag_id)
-    before, events_before = {r["dag_run_id"] for r in _runs(server, dag_id)}, _wake_events(server, pipeline)
+    settled(server, dag_id)
+    before = {r["dag_run_id"] for r in dag_runs(server, dag_id)}
+    events_before = _wake_events(server, pipeline)
     committed_before = set(pipeline.event_ids())
 
     manifest = pipeline.produce(3000, seed=812, partitions=2, transactional_id=f"wake-{pipeline.name}")
@@ -120,15 +91,15 @@ def test_a_burst_of_records_wakes_the_ingest_dag_once_or_twice_and_lands_every_r
     assert run["state"] == "success", server.log_tail()
     assert run["run_type"] == "asset_triggered", run  # neither by hand nor by the (day-long) interval
     _wait_for_rows(server, pipeline, len(committed_before) + len(manifest.visible()))
-    _settled(server, dag_id)
+    settled(server, dag_id)
     time.sleep(15)  # a wake-up per record would keep firing now
-    _settled(server, dag_id)  # a last wake-up may still be running (records of the burst's tail): it ends
+    settled(server, dag_id)  # a last wake-up may still be running (records of the burst's tail): it ends
 
     assert _wake_events(server, pipeline) - events_before <= 3
     rows = pipeline.event_ids()
     assert len(rows) == len(set(rows)) == len(committed_before) + len(manifest.visible())
     assert set(rows) >= {str(r.event_id) for r in manifest.visible()}  # every record, once
-    runs = {r["dag_run_id"]: r["run_type"] for r in _runs(server, dag_id)}
+    runs = {r["dag_run_id"]: r["run_type"] for r in dag_runs(server, dag_id)}
     assert _committed_by(pipeline) and {runs[r] for r in _committed_by(pipeline)} == {"asset_triggered"}
     assert pipeline.violations() == []
 
