@@ -93,7 +93,7 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         from eosflow.spark import jars
-        from eosflow.spark.submit import package
+        from eosflow.spark.code_archive import package
 
         hook = EosflowHook()
         settings = hook.settings()

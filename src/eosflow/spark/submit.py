@@ -2,66 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-import tempfile
-import time
-import zipfile
 from pathlib import Path
 
 from eosflow.settings import Settings
 from eosflow.spark import jars, versions
+from eosflow.spark.code_archive import package
 from eosflow.spark.session import launch_conf
 
 # The entry script spark-submit runs: a file of the installed package, never of a checkout.
 SPARK_ENTRY = Path(__file__).resolve().with_name("task.py")
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same code always gives the same bytes
-_KEEP_SECONDS = 7 * 24 * 3600  # far longer than any Spark job runs on an archive
-
-
-def package(settings: Settings, source: Path | None = None) -> Path:
-    """Zip the eosflow package for --py-files, named by its contents: `dist/eosflow-<sha256>.zip`.
-
-    Built on every call, so it is never stale. Each caller writes its own temporary file and renames
-    it into place, so concurrent callers never see a half-written archive, and an archive a running
-    Spark job uses is never replaced by another version (same name, same bytes).
-    """
-    source = source or Path(__file__).resolve().parents[1]  # src/eosflow
-    dist = settings.state_dir / "dist"
-    dist.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dist, prefix=".eosflow-", suffix=".zip.tmp")
-    tmp = Path(tmp_name)
-    digest = hashlib.sha256()
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(source.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    name = (Path("eosflow") / path.relative_to(source)).as_posix()
-                    data = path.read_bytes()  # read once: the name below is of exactly these bytes
-                    digest.update(f"{name}\0{len(data)}\0".encode() + data)
-                    info = zipfile.ZipInfo(name, date_time=_ZIP_EPOCH)
-                    info.external_attr = 0o644 << 16
-                    zf.writestr(info, data, zipfile.ZIP_DEFLATED)
-        target = dist / f"eosflow-{digest.hexdigest()[:16]}.zip"
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _prune(dist, keep=target)
-    return target
-
-
-def _prune(dist: Path, keep: Path) -> None:
-    """Drop archives (and leftovers of killed writers) untouched for a week; packaging touches its own."""
-    cutoff = time.time() - _KEEP_SECONDS
-    for path in [*dist.glob("eosflow-*.zip"), *dist.glob(".eosflow-*.zip.tmp"), dist / "eosflow.zip"]:
-        try:
-            if path != keep and path.stat().st_mtime < cutoff:
-                path.unlink()
-        except FileNotFoundError:
-            pass  # another caller pruned it first
 
 
 def spark_env(settings: Settings) -> dict[str, str]:
