@@ -13,7 +13,7 @@ import pytest
 from eosflow import settings as settings_mod
 from eosflow_dev import stack
 from eosflow_dev.stack import airflow_local
-from tests.stack_servers import connect_server, iceberg_rest, s3_server  # noqa: F401  (fixtures)
+from tests.stack_servers import connect_server, iceberg_rest, s3_server, spark_connect  # noqa: F401  (fixtures)
 
 # Airflow reads its configuration when first imported: point it at a test home, the project's
 # dags/ and plugins/, and connections to the stack, before any test imports it. Each pytest-xdist worker

@@ -32,3 +32,9 @@ def connect_server(settings) -> optional.ConnectDetails:
     connectors with eosflow_dev.stack.connect.register_postgres_source; use topic prefixes unique per test.
     A Postgres started without wal_level = logical fails here, saying how to restart it."""
     return optional.connect(settings, log=lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def spark_connect(settings) -> str:
+    """The stack's Spark Connect server (Spark 4.3's own): the sc:// URL a run's `spark_remote` takes."""
+    return optional.spark_connect(settings, log=lambda msg: None)

@@ -39,6 +39,17 @@ def _default_jars_dir(root: Path) -> Path:
     return Path(sys.prefix) / "share" / "eosflow" / "jars"
 
 
+def _spark_remote(raw: str) -> str:
+    """A Spark Connect URL, or "" for none; anything else is refused before a run starts."""
+    url = raw.strip()
+    if url and not url.startswith("sc://"):
+        raise SystemExit(
+            f"EOSFLOW_SPARK_REMOTE={url!r} is not a Spark Connect URL: set it to sc://host:port (the "
+            "server's gRPC port, 15002 by default), or unset it to let each run start its own Spark"
+        )
+    return url
+
+
 def _json_object(name: str) -> tuple[tuple[str, str], ...]:
     """An environment variable holding a JSON object of settings, as sorted (name, text) pairs."""
     raw = os.environ.get(name, "").strip()
@@ -122,6 +133,9 @@ class Settings:
     # (eosflow.sources.kafka.inline): a JVM and a Python worker cost more than such a batch.
     # 0: every plan through Spark. EOSFLOW_INLINE_MAX_OFFSETS.
     inline_max_offsets: int = INLINE_MAX_OFFSETS
+    # A Spark Connect server (sc://host:port) a run sends its Spark work to; "": each run starts its own Spark
+    # (DESIGN.md, "A warm Spark"). EOSFLOW_SPARK_REMOTE, or an Airflow Spark connection whose host is sc://.
+    spark_remote: str = ""
     # The stack's optional servers (`eosflow stack up --with iceberg-rest,s3`): Iceberg's REST catalog,
     # its warehouse in files ("file") or in the stack's S3 server ("s3"); the S3 server and its bucket.
     iceberg_rest_port: int = 18181
@@ -254,6 +268,7 @@ def load() -> Settings:
         schema_registry_config=_json_object("EOSFLOW_SCHEMA_REGISTRY_CONFIG"),
         registry_port=_int("EOSFLOW_REGISTRY_PORT", 18081),
         inline_max_offsets=_int("EOSFLOW_INLINE_MAX_OFFSETS", INLINE_MAX_OFFSETS),
+        spark_remote=_spark_remote(os.environ.get("EOSFLOW_SPARK_REMOTE", "")),
         iceberg_rest_port=_int("EOSFLOW_ICEBERG_REST_PORT", 18181),
         iceberg_rest_storage=os.environ.get("EOSFLOW_ICEBERG_REST_STORAGE", "file").strip() or "file",
         s3_port=_int("EOSFLOW_S3_PORT", 19000),

@@ -56,3 +56,16 @@ def test_a_configuration_without_brokers_is_refused_naming_the_setting():
 def test_secrets_never_reach_a_log_line():
     shown = redacted({"bootstrap.servers": "b:1", "sasl.password": "s3cret", "sasl.username": "u"})
     assert shown == {"bootstrap.servers": "b:1", "sasl.password": "***", "sasl.username": "u"}
+
+
+def test_a_spark_connect_url_is_taken_and_anything_else_refused_before_a_run(monkeypatch):
+    from eosflow.spark.connect import minor
+
+    monkeypatch.delenv("EOSFLOW_SPARK_REMOTE", raising=False)
+    assert settings_mod.load().spark_remote == ""  # each run starts its own Spark
+    monkeypatch.setenv("EOSFLOW_SPARK_REMOTE", " sc://spark.example:15002 ")
+    assert settings_mod.load().spark_remote == "sc://spark.example:15002"
+    monkeypatch.setenv("EOSFLOW_SPARK_REMOTE", "spark://master:7077")
+    with pytest.raises(SystemExit, match=r"not a Spark Connect URL: set it to sc://host:port"):
+        settings_mod.load()
+    assert (minor("4.3.0"), minor("4.3.1"), minor("4.2.0")) == ("4.3", "4.3", "4.2")

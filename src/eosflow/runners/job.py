@@ -10,7 +10,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -268,39 +268,42 @@ def _checked_read(
     from eosflow.transform import RecordSource, transform
 
     source: RecordSource
-    if reads_inline(plan, settings.inline_max_offsets):
-        source = InlineRead(settings.kafka, plan)
-    else:
-        from eosflow.sources.kafka.read import PlannedRead
-        from eosflow.spark.session import get_spark
+    with ExitStack() as cleanup:
+        if reads_inline(plan, settings.inline_max_offsets):
+            source = InlineRead(settings.kafka, plan)
+        else:
+            from eosflow.sources.kafka.read import PlannedRead
+            from eosflow.spark.session import get_spark
 
-        with timer("spark start"):
-            if spark_source is None:
-                spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
-            else:
-                spark = spark_source()
-        source = PlannedRead(spark, settings.kafka, plan)
-    fault_point("before_read")
-    with (
-        timer(phase),
-        raised_in_workers(
-            user_transform.TransformContractError,
-            RegistryAuthenticationError,
-            RegistryUnavailableError,
-            ReadDataLossError,
-            ReadStalledError,
-        ),
-    ):
-        yield transform(
-            source,
-            pipeline=pipeline.name,
-            batch_id=plan.batch_id,
-            transform_version=pipeline.transform_version,
-            max_value_bytes=pipeline.max_value_bytes,
-            schema=pipeline.schema,
-            declaration_version=plan.declaration_version,
-            registry=registry,
-        )
+            with timer("spark start"):
+                if spark_source is None:
+                    spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
+                    if settings.spark_remote:  # the run's own session on the server: it ends with the run
+                        cleanup.callback(spark.stop)
+                else:
+                    spark = spark_source()
+            source = PlannedRead(spark, settings.kafka, plan)
+        fault_point("before_read")
+        with (
+            timer(phase),
+            raised_in_workers(
+                user_transform.TransformContractError,
+                RegistryAuthenticationError,
+                RegistryUnavailableError,
+                ReadDataLossError,
+                ReadStalledError,
+            ),
+        ):
+            yield transform(
+                source,
+                pipeline=pipeline.name,
+                batch_id=plan.batch_id,
+                transform_version=pipeline.transform_version,
+                max_value_bytes=pipeline.max_value_bytes,
+                schema=pipeline.schema,
+                declaration_version=plan.declaration_version,
+                registry=registry,
+            )
 
 
 class _Timer:

@@ -26,6 +26,7 @@ from eosflow.sources.kafka.offsets import TopicMissingError
 from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 from eosflow.sources.kafka.read_back import ReadBackIncompleteError
+from eosflow.spark.connect import SparkConnectUnavailableError, SparkConnectVersionError
 from eosflow.spark.versions import MixedPysparkError
 
 EXIT: dict[type[Exception], int] = {
@@ -48,6 +49,8 @@ EXIT: dict[type[Exception], int] = {
     RegistryAuthenticationError: 2,
     SinkAccessError: 2,
     MixedPysparkError: 2,  # the installation, not the run: a retry meets it again
+    SparkConnectVersionError: 2,  # the same
+    SparkConnectUnavailableError: 1,
     KafkaUnavailableError: 1,
     ReadStalledError: 1,
     ReadBackIncompleteError: 1,
@@ -64,7 +67,8 @@ OUTCOME: dict[type[Exception], str] = {
     ReplayCountError: "refused",
 }
 
-# An entry per error class there, its anchor the class name in lower case (tests/unit/test_docs_reference.py).
+# An entry per error class there, its anchor the class name in lower case
+# (tests/unit/project/test_docs_reference.py).
 TROUBLESHOOTING = "docs/troubleshooting.md"
 
 

@@ -42,6 +42,10 @@ def get_spark(
     jit: str = JVM_OPTIONS,
     extra: dict[str, str] | None = None,
 ) -> SparkSession:
+    if settings.spark_remote:  # a warm server: a session of the run's own there, never a local JVM
+        from eosflow.spark import connect
+
+        return connect.open_session(settings, app_name)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 

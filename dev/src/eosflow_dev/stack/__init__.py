@@ -40,7 +40,8 @@ def fetch(
     asked for), each checked against infra/jars.sha256 (`update_lock`: fetched afresh and recorded
     there); `spark_archive`: then Spark's class-data-sharing archive (eosflow.spark.cds), which only a
     Spark session uses: the demo's small plans never start one, the tests and the bench do."""
-    for name in [*jars.CLASSPATHS, *optional.requested(with_)]:
+    fetched = [name for name in optional.requested(with_) if name not in optional.WITHOUT_JARS]
+    for name in [*jars.CLASSPATHS, *fetched]:
         jars.fetch(settings, name, log=log, update_lock=update_lock)
     if spark_archive:
         from eosflow.spark import cds

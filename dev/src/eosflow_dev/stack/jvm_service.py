@@ -52,6 +52,19 @@ class JvmService:
     def main_args(self) -> list[str]:
         return []
 
+    def command(self) -> list[str]:
+        """How it starts: java on the fetched jars (a server started by a script of its own overrides it)."""
+        return [
+            prereqs.java(),
+            f"-Xmx{self.heap}",
+            "-XX:+UseSerialGC",  # one small heap, no parallel GC threads: a smaller idle RSS
+            *self.jvm_args(),
+            "-cp",
+            jars.classpath(self.s, self.name),
+            self.main,
+            *self.main_args(),
+        ]
+
     def configure(self, log) -> dict[str, str] | None:
         """Before a start: its files written; the process's environment (None: this one's)."""
         return None
@@ -85,19 +98,9 @@ class JvmService:
         env = self.configure(log)
         process.require_free_ports(self.title, self.s.kafka_host, self.ports())
         log(f"starting {self.title} on {self.endpoint()} (log: {self.log_path})")
-        command = [
-            prereqs.java(),
-            f"-Xmx{self.heap}",
-            "-XX:+UseSerialGC",  # one small heap, no parallel GC threads: a smaller idle RSS
-            *self.jvm_args(),
-            "-cp",
-            jars.classpath(self.s, self.name),
-            self.main,
-            *self.main_args(),
-        ]
         with self.log_path.open("ab") as out:
             proc = subprocess.Popen(
-                command,
+                self.command(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

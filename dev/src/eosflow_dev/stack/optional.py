@@ -1,8 +1,9 @@
 """The stack's optional servers: started only when asked, stopped by every `eosflow stack down`.
 
 `iceberg-rest` (Iceberg's REST catalog, eosflow_dev.stack.iceberg_rest), `s3` (S3Proxy,
-eosflow_dev.stack.s3_server) and `connect` (Kafka Connect with Debezium's PostgreSQL connector,
-eosflow_dev.stack.connect, which also registers connectors). Asked for with
+eosflow_dev.stack.s3_server), `connect` (Kafka Connect with Debezium's PostgreSQL connector,
+eosflow_dev.stack.connect, which also registers connectors) and `spark-connect` (Spark's own Spark Connect
+server, eosflow_dev.stack.spark_connect: the warm Spark). Asked for with
 `eosflow stack up --with iceberg-rest --with s3` (or a comma list), or EOSFLOW_STACK_WITH, which `up`
 reads too. Their jars are fetched the first time one starts (or by `eosflow stack fetch --with ...`), so
 `make setup` and a bare `eosflow stack up` never pay for them.
@@ -24,12 +25,14 @@ from eosflow.settings import Settings
 from eosflow_dev.stack.connect import ConnectDetails, ConnectService
 from eosflow_dev.stack.iceberg_rest import IcebergRestService
 from eosflow_dev.stack.s3_server import S3Details, S3Service
+from eosflow_dev.stack.spark_connect import SparkConnectService
 
 # In start order: the REST catalog may keep its warehouse in the S3 server.
-NAMES = ("s3", "iceberg-rest", "connect")
+NAMES = ("s3", "iceberg-rest", "connect", "spark-connect")
+WITHOUT_JARS = ("spark-connect",)  # pyspark's own jars: nothing for `eosflow stack fetch` to fetch
 WITH_ENV = "EOSFLOW_STACK_WITH"
 
-OptionalService = IcebergRestService | S3Service | ConnectService
+OptionalService = IcebergRestService | S3Service | ConnectService | SparkConnectService
 
 
 def service(settings: Settings, name: str) -> OptionalService:
@@ -39,6 +42,8 @@ def service(settings: Settings, name: str) -> OptionalService:
         return IcebergRestService(settings)
     if name == "connect":
         return ConnectService(settings)
+    if name == "spark-connect":
+        return SparkConnectService(settings)
     raise StackError(f"no optional stack service {name!r}: choose from {', '.join(NAMES)}")
 
 
@@ -95,3 +100,10 @@ def connect(settings: Settings, log=print) -> ConnectDetails:
     svc = ConnectService(settings)
     svc.start(log=log)
     return svc.details()
+
+
+def spark_connect(settings: Settings, log=print) -> str:
+    """The stack's Spark Connect server, started if needed: the URL EOSFLOW_SPARK_REMOTE takes."""
+    svc = SparkConnectService(settings)
+    svc.start(log=log)
+    return svc.endpoint()

@@ -1,0 +1,83 @@
+"""A run's session on a Spark Connect server (DESIGN.md, "A warm Spark"): one session per run, with the run's
+code shipped as a session artifact, on a server of the client's Spark minor.
+
+`eosflow.spark.session.get_spark` hands a run this session when `Settings.spark_remote` names a server; the
+run stops it when its Spark work is done (eosflow.runners.job), so the server keeps nothing of it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from eosflow.errors import StackError
+from eosflow.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# How long a session waits for a server that does not answer, when it opens and mid-run: ~13 s, where the
+# client's default waits 10 minutes. A restarted server does not know the session anyway (it lives in the
+# server's memory), so waiting longer only delays the failure a retry of the run recovers from.
+RETRY: dict[str, Any] = {
+    "max_retries": 6,
+    "initial_backoff": 200,
+    "backoff_multiplier": 2.0,
+    "max_backoff": 8000,
+}
+# Runtime settings a run's session gets (the static ones, the UI and the JVM's, are the server's).
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+
+class SparkConnectUnavailableError(RuntimeError):
+    """The Spark Connect server did not answer when the run opened its session; nothing was read or
+    written, and a retry may find it back."""
+
+
+class SparkConnectVersionError(StackError):
+    """The server's Spark is of another minor than this pyspark: the installation, not the run."""
+
+
+def minor(version: str) -> str:
+    """'4.3.0' -> '4.3': client and server must agree on it (Spark Connect's compatibility unit here)."""
+    return ".".join(version.split(".")[:2])
+
+
+def open_session(settings: Settings, app_name: str) -> SparkSession:
+    """A new session on the server `settings.spark_remote` names: the run's code added as a pyfile artifact,
+    the server's Spark checked against this pyspark's minor."""
+    import pyspark
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    from eosflow.spark.code_archive import package
+
+    url = settings.spark_remote
+    spark = SparkSession.builder.remote(url).create()  # no request yet: the first is spark.version
+    spark.client.set_retry_policies([DefaultPolicy(**RETRY)])
+    try:
+        server = spark.version
+        for key, value in SESSION_CONF.items():
+            spark.conf.set(key, value)
+    except Exception as exc:  # grpc's errors come wrapped in pyspark's, of several classes
+        status = re.search(r"StatusCode\.(\w+)", str(exc))
+        why = status.group(1) if status else type(exc).__name__
+        raise SparkConnectUnavailableError(
+            f"the Spark Connect server at {url} did not answer ({why}"
+            f" after {RETRY['max_retries']} retries); nothing was read or written. Start it (the stack's: "
+            "eosflow stack up --with spark-connect), or unset EOSFLOW_SPARK_REMOTE to start Spark in the run"
+        ) from None
+    if minor(server) != minor(pyspark.__version__):
+        spark.stop()
+        here = pyspark.__version__
+        raise SparkConnectVersionError(
+            f"the Spark Connect server at {url} runs Spark {server} and this pyspark is {here}: a run needs "
+            f"the same minor on both; install pyspark=={server} here or run a Spark {minor(here)} server"
+        )
+    # The code as it is now, on the Python workers' path for this session only (the spark-submit path ships
+    # the same archive as --py-files): the server's own eosflow, if any, is not what this run runs.
+    spark.addArtifacts(str(package(settings)), pyfile=True)
+    return spark

@@ -1,0 +1,123 @@
+"""Runs through a warm Spark: the stack's Spark Connect server (Spark 4.3's own, `--with spark-connect`), one
+session per run, the run's code shipped as a session artifact (DESIGN.md, "A warm Spark").
+
+Every run here goes through Spark (EOSFLOW_INLINE_MAX_OFFSETS=0), against the real broker, Postgres and
+server: exactly once, the tasks' checks done on the server's Python workers, sessions of two runs apart, the
+server killed mid-run (the run fails with nothing committed, its retry on the restarted server commits once)
+and restarted between runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from eosflow.spark import connect
+from eosflow.verify import verify_pipeline
+from eosflow_dev.stack.spark_connect import SparkConnectService
+from tests.integration.ingest_case import IngestCase
+
+pytestmark = pytest.mark.integration
+
+BAD = [b"not json", b'{"event_id": 1}']
+
+
+@pytest.fixture
+def warm(case: IngestCase, spark_connect: str) -> IngestCase:
+    """The case's settings sending every run's Spark work to the stack's server."""
+    case.settings = dataclasses.replace(case.settings, spark_remote=spark_connect, inline_max_offsets=0)
+    return case
+
+
+def _remote_env(case: IngestCase) -> dict[str, str]:
+    return {"EOSFLOW_SPARK_REMOTE": case.settings.spark_remote, "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+
+
+def test_a_run_through_spark_connect_lands_every_record_once_and_rejects_the_bad_ones(warm) -> None:
+    from confluent_kafka import Producer
+
+    manifest = warm.produce(400, seed=61, partitions=3)
+    producer = Producer({"bootstrap.servers": warm.settings.bootstrap_servers})
+    for value in BAD:
+        producer.produce(warm.topic, value=value, key=b"bad", partition=2)
+    producer.flush(10)
+
+    summary = warm.ingest()
+    assert summary.outcome == "committed", summary
+    assert sorted(warm.event_ids()) == sorted(str(a.event_id) for a in manifest.visible())
+    assert len(warm.rejected()) == len(BAD)  # checked on the server's Python workers, kept as rows
+    assert "spark start" in summary.phases  # it went through Spark, not the inline path
+    result = verify_pipeline(warm.settings, warm.name)
+    assert result.ok, result.table()
+
+    again = warm.ingest()  # a second run, a second session: nothing new, nothing twice
+    assert again.outcome == "committed" and again.records_read == 0
+
+
+def test_two_sessions_on_the_server_never_see_each_others_state(spark_connect, settings) -> None:
+    warm_settings = dataclasses.replace(settings, spark_remote=spark_connect)
+    first = connect.open_session(warm_settings, "eosflow-tests-a")
+    second = connect.open_session(warm_settings, "eosflow-tests-b")
+    try:
+        assert first.session_id != second.session_id
+        first.range(3).createOrReplaceTempView("only_in_first")
+        first.conf.set("spark.sql.shuffle.partitions", "7")
+        assert [t.name for t in first.catalog.listTables()] == ["only_in_first"]
+        assert [t.name for t in second.catalog.listTables()] == []
+        assert second.conf.get("spark.sql.shuffle.partitions") == "4"  # the session's own default
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_server_that_does_not_answer_fails_the_run_before_anything_is_read(case) -> None:
+    """About 13 s of the client's retries (spark/connect.py RETRY), where its default waits 10 minutes."""
+    from eosflow.runners.outcomes import reported
+
+    case.produce(20, seed=62, partitions=1)
+    case.settings = dataclasses.replace(case.settings, spark_remote="sc://127.0.0.1:9", inline_max_offsets=0)
+    with pytest.raises(connect.SparkConnectUnavailableError) as failed:
+        case.ingest(run_id="nobody")
+    code, line = reported(failed.value)
+    assert code == 1  # a retry may find it back
+    assert "the Spark Connect server at sc://127.0.0.1:9 did not answer (UNAVAILABLE" in line
+    assert "nothing was read or written" in line
+    assert case.event_ids() == [] and case.ledger() == []
+
+
+def test_the_server_killed_mid_run_fails_it_with_nothing_committed_and_its_retry_commits_once(
+    warm, tmp_path, settings
+) -> None:
+    """The server is SIGKILLed while the run stands at before_read (its session open, nothing read), then
+    started again; the retry of the same run id commits every record once."""
+    manifest = warm.produce(300, seed=63, partitions=3)
+    env = warm.env(EOSFLOW_PAUSE_AT="before_read", EOSFLOW_FAULT_DIR=str(tmp_path), **_remote_env(warm))
+    cmd = [sys.executable, "-m", "eosflow.cli", "ingest", "--pipeline", warm.name, "--run-id", "killed"]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "before_read.paused").exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.2)
+    server = SparkConnectService(settings)
+    pid = server.pid()
+    assert pid is not None
+    import os
+
+    os.kill(pid, signal.SIGKILL)
+    while server.pid() is not None:
+        time.sleep(0.2)
+    (tmp_path / "before_read.resume").write_text("go")
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 1, err[-3000:]
+    assert warm.event_ids() == [] and warm.ledger() == []  # nothing committed
+
+    server.start(log=lambda m: None)  # restarted: the retry opens a new session on it
+    retry = warm.ingest_process("--run-id", "killed", **_remote_env(warm))
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert sorted(warm.event_ids()) == sorted(str(a.event_id) for a in manifest.visible())
+    assert verify_pipeline(warm.settings, warm.name).ok
