@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import sys
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -132,3 +133,27 @@ def delete_records():
             future.result(timeout=30)
 
     return delete
+
+
+@pytest.fixture(autouse=True)
+def _dag_test_passes_without_a_pause(monkeypatch):
+    """dag.test() sleeps a second after each pass over the run that found no task to run, and a failed or
+    skipped task reaches the tasks below it one level per pass: a run whose first task failed (a refused
+    backfill, a dry run, a failed plan) slept 2 s for nothing (about 20 s of the suite). Without an
+    executor nothing changes a state between passes but the next pass, so that sleep is cut to 10 ms;
+    a task waiting out its retry delay still waits a second per pass, as in Airflow."""
+    from airflow.sdk.definitions.dag import DAG
+
+    real_sleep, passes = time.sleep, DAG.test.__code__
+
+    def sleep(seconds: float) -> None:
+        caller = sys._getframe(1)
+        if caller.f_code is passes:
+            waiting = caller.f_locals.get("ids_unrunnable", ())
+            if not caller.f_locals.get("awaiting_input_tis") and all(
+                str(ti.state) != "up_for_retry" for ti in waiting
+            ):
+                seconds = min(seconds, 0.01)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
