@@ -15,9 +15,9 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from eosflow.pipelines import SCHEMA_SETTINGS
-from eosflow.runtime import jars, prereqs
 from eosflow.schema.record import NO_SCHEMA_ID
 from eosflow.schema.text import NOT_MATCHING
+from eosflow_dev.runtime import jars, prereqs
 from tests.integration.test_declared_pipeline import _produce
 
 pytestmark = pytest.mark.integration

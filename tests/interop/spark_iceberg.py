@@ -44,8 +44,8 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "reader-requirements.txt"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eosflow import settings as settings_mod
-from eosflow.runtime import jars
+from eosflow_dev.runtime import jars
 from tests.interop import spark_iceberg
 from tests.interop.spark_iceberg import JARS, PYSPARK, RUNTIME_JAR, from_pyiceberg, jdbc_catalog, redact
 

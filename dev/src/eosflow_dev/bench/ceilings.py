@@ -22,10 +22,10 @@ import psycopg
 from psycopg import sql
 
 from eosflow import settings as settings_mod
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
 from eosflow_dev.bench.measure import emit_result
 from eosflow_dev.bench.targets import COLUMNS, qualified
+from eosflow_dev.runtime import jars, prereqs
 
 _CHUNK = 1 << 20  # bytes handed to COPY at a time
 

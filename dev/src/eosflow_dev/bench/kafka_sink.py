@@ -18,10 +18,10 @@ import yaml
 
 from eosflow import names, pipelines
 from eosflow import settings as settings_mod
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
 from eosflow_dev.bench import ceilings, eosflow_run, load
 from eosflow_dev.bench.measure import MeasurementFailed, run_measured
+from eosflow_dev.runtime import jars, prereqs
 
 Log = Callable[[str], None]
 _SENT = re.compile(r"(?P<n>\d+) records sent, (?P<rate>[\d.]+) records/sec")

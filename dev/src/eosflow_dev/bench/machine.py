@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psycopg
 
-from eosflow.runtime import jars
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars
 
 
 @dataclass(frozen=True)

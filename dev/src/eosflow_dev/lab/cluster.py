@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process
 from eosflow_dev.stack.kafka import LOG4J2, format_command, new_cluster_id, quiet_logger
 

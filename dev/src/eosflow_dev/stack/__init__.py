@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars
 from eosflow_dev.stack import optional, process
 from eosflow_dev.stack.kafka import KafkaService
 from eosflow_dev.stack.postgres import PostgresService

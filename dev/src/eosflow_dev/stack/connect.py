@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars
 from eosflow_dev.stack import process
 from eosflow_dev.stack.jvm_service import JvmService
 from eosflow_dev.stack.secret_files import write_secret

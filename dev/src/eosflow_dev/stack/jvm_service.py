@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process, start_lock
 
 

@@ -10,8 +10,8 @@ import uuid
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process, secret_files
 
 START_TIMEOUT_S = 90.0

@@ -19,8 +19,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from eosflow.errors import StackError
-from eosflow.runtime import prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack import process, secret_files, start_lock
 
 START_TIMEOUT_S = 60

@@ -15,8 +15,8 @@ import urllib.error
 import urllib.request
 
 from eosflow.errors import StackError
-from eosflow.runtime import jars, prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process
 
 START_TIMEOUT_S = 60.0

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.runtime import prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack import process
 
 START_TIMEOUT_S = 90.0

@@ -16,8 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
-from eosflow.runtime import prereqs
 from eosflow.settings import Settings
+from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack.jvm_service import JvmService
 
 PORT_ENV = "EOSFLOW_SPARK_CONNECT_PORT"

@@ -12,7 +12,7 @@ import pytest
 
 from eosflow import settings as settings_mod
 from eosflow.errors import StackError
-from eosflow.runtime import jars
+from eosflow_dev.runtime import jars
 from eosflow_dev.stack import connect, optional
 
 REAL = settings_mod.load()

@@ -18,9 +18,9 @@ import subprocess
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.runtime import prereqs
 from eosflow.settings import Settings
 from eosflow.spark import jars as spark_jars
+from eosflow_dev.runtime import prereqs
 
 CLASSPATHS = ("kafka", "spark", "registry")
 # What mvn does with each POM: copy the runtime jars, or (the schema registry, a ready-built app

@@ -14,7 +14,7 @@ import pytest
 
 from eosflow import settings as settings_mod
 from eosflow.errors import StackError
-from eosflow.runtime import jars
+from eosflow_dev.runtime import jars
 
 REAL = settings_mod.load()
 LOCK = REAL.root / "infra" / "jars.sha256"
