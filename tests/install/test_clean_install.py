@@ -91,6 +91,14 @@ def installed(tmp_path_factory) -> Iterator[Installed]:
     seconds["pyspark"] = time.monotonic() - started
     assert mixed.returncode != 0 and "MixedPysparkError" in mixed.stderr, mixed.stderr[-2000:]
     assert f"pip install --force-reinstall --no-deps {PYSPARK}" in mixed.stderr
+    # Step 1's last line: Spark's jars by the wheel's lock, here from the machine's Maven cache (a
+    # repository in Maven's layout, as a team's mirror is), into the environment's own folder.
+    started = time.monotonic()
+    m2 = Path(clean["HOME"], ".m2", "repository").as_uri()
+    _run([str(venv / "bin" / "eosflow"), "jars", "fetch", "--repository", m2], 300, env=clean)
+    checked = _run([str(venv / "bin" / "eosflow"), "jars", "check"], 120, env=clean)
+    assert str(venv / "share" / "eosflow" / "jars" / "spark") in checked.stdout, checked.stdout
+    seconds["jars"] = time.monotonic() - started
     yield Installed(venv, seconds)
     print(
         f"\nclean install, seconds: {json.dumps({k: round(v, 1) for k, v in seconds.items()})}",
