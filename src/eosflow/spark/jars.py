@@ -14,7 +14,7 @@ import os
 import re
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,11 +112,26 @@ def problems(target: Path, jars: tuple[LockedJar, ...]) -> list[str]:
     """What differs between the folder and the lock: jars missing, changed or not in the lock."""
     want = {jar.file: jar.sha256 for jar in jars}
     have = {p.name: sha256(p) for p in sorted(target.glob("*.jar"))} if target.is_dir() else {}
-    changed = [f for f in have if f in want and have[f] != want[f]]
-    wrong = [f"{f}: changed (SHA-256 {have[f]}, locked {want[f]})" for f in changed]
-    wrong += [f"{f}: not in the lock" for f in have if f not in want]
-    wrong += [f"{f}: missing" for f in want if f not in have]
+    return differences(want, have, "the lock")
+
+
+def differences(want: Mapping[str, str], have: Mapping[str, str], lock: str) -> list[str]:
+    """Each jar (by path) whose SHA-256 in `have` is not the one `want` locks, one line each; `lock` names
+    the lock in the lines of jars it does not hold (the stack's sets use it too, eosflow_dev.runtime.jars)."""
+    wrong = [
+        f"{p}: changed (SHA-256 {have[p]}, locked {want[p]})"
+        for p in have
+        if p in want and have[p] != want[p]
+    ]
+    wrong += [f"{p}: not in {lock}" for p in have if p not in want]
+    wrong += [f"{p}: missing" for p in want if p not in have]
     return wrong
+
+
+def listed(lines: list[str], most: int = 10) -> str:
+    """The first `most` lines of a refusal's list, indented, and how many more there are."""
+    more = f"\n  ... and {len(lines) - most} more" if len(lines) > most else ""
+    return "  " + "\n  ".join(lines[:most]) + more
 
 
 def check(settings: Settings) -> list[Path]:
@@ -126,12 +141,11 @@ def check(settings: Settings) -> list[Path]:
     jars = locked()
     wrong = problems(target, jars)
     if wrong:
-        shown = "\n  ".join(wrong[:10]) + (f"\n  ... and {len(wrong) - 10} more" if len(wrong) > 10 else "")
         raise StackError(
             f"Spark's jars in {target} are not the ones eosflow's lock ({LOCK.name}, in the package) "
-            f"records; not starting Spark:\n  {shown}\nRun `{FETCH}` on this machine (or in its image's "
-            f"build): it downloads what is missing or changed and removes jars the lock does not name. The "
-            f"folder is EOSFLOW_JARS_DIR/spark."
+            f"records; not starting Spark:\n{listed(wrong)}\nRun `{FETCH}` on this machine (or in its "
+            f"image's build): it downloads what is missing or changed and removes jars the lock does not "
+            f"name. The folder is EOSFLOW_JARS_DIR/spark."
         )
     return [target / jar.file for jar in jars]
 

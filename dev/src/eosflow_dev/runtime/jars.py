@@ -96,18 +96,11 @@ def verify(settings: Settings, name: str) -> None:
             "from the checkout, or set EOSFLOW_HOME to it"
         )
     want, have = locked(settings, name), hashed(settings, name)
-    wrong = [
-        f"{p}: changed (SHA-256 {have[p]}, locked {want[p]})"
-        for p in have
-        if p in want and have[p] != want[p]
-    ]
-    wrong += [f"{p}: not in {LOCK}" for p in have if p not in want]
-    wrong += [f"{p}: missing" for p in want if p not in have]
+    wrong = spark_jars.differences(want, have, LOCK)
     if wrong:
-        shown = "\n  ".join(wrong[:10]) + (f"\n  ... and {len(wrong) - 10} more" if len(wrong) > 10 else "")
         raise StackError(
             f"the {name} jars in {folder(settings, name)} are not the ones {LOCK} records; not using them:\n"
-            f"  {shown}\n"
+            f"{spark_jars.listed(wrong)}\n"
             f"If you did not change infra/maven/{name}/pom.xml, something changed the jars (or Maven's "
             f"cache, ~/.m2): remove {folder(settings, name)} and run `eosflow stack fetch`. If you changed "
             f"the POM on purpose, `{UPDATE_LOCK}` fetches afresh and records the new jars: review the diff "
