@@ -1,7 +1,7 @@
 """`eosflow lab`: real faults x delivery modes x trials, reported as Markdown and CSV.
 
 The lab starts a stack of its own (see eosflow_dev.lab.world) and leaves it running for a next run
-unless --down is given; `eosflow lab --down-only` stops it.
+unless --down is given, which stops it when the lab is done.
 """
 
 from __future__ import annotations
