@@ -10,6 +10,7 @@ and restarted between runs.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -57,6 +58,9 @@ def test_a_run_through_spark_connect_lands_every_record_once_and_rejects_the_bad
 
     again = warm.ingest()  # a second run, a second session: nothing new, nothing twice
     assert again.outcome == "committed" and again.records_read == 0
+    # pyspark's builder switches the process to remote sessions for good; the run switches it back, so a
+    # local session asked for later in this process (a run without a server, a test's) is a local one
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
 
 def test_two_sessions_on_the_server_never_see_each_others_state(spark_connect, settings) -> None:
@@ -71,8 +75,8 @@ def test_two_sessions_on_the_server_never_see_each_others_state(spark_connect, s
         assert [t.name for t in second.catalog.listTables()] == []
         assert second.conf.get("spark.sql.shuffle.partitions") == "4"  # the session's own default
     finally:
-        first.stop()
-        second.stop()
+        connect.close(first)
+        connect.close(second)
 
 
 def test_a_server_that_does_not_answer_fails_the_run_before_anything_is_read(case) -> None:
@@ -88,6 +92,7 @@ def test_a_server_that_does_not_answer_fails_the_run_before_anything_is_read(cas
     assert "the Spark Connect server at sc://127.0.0.1:9 did not answer (UNAVAILABLE" in line
     assert "nothing was read or written" in line
     assert case.event_ids() == [] and case.ledger() == []
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
 
 
 def test_the_server_killed_mid_run_fails_it_with_nothing_committed_and_its_retry_commits_once(
@@ -106,8 +111,6 @@ def test_the_server_killed_mid_run_fails_it_with_nothing_committed_and_its_retry
     server = SparkConnectService(settings)
     pid = server.pid()
     assert pid is not None
-    import os
-
     os.kill(pid, signal.SIGKILL)
     while server.pid() is not None:
         time.sleep(0.2)

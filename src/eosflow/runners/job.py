@@ -279,7 +279,9 @@ def _checked_read(
                 if spark_source is None:
                     spark = get_spark(settings, f"eosflow-ingest-{pipeline.name}")
                     if settings.spark_remote:  # the run's own session on the server: it ends with the run
-                        cleanup.callback(spark.stop)
+                        from eosflow.spark import connect
+
+                        cleanup.callback(connect.close, spark)
                 else:
                     spark = spark_source()
             source = PlannedRead(spark, settings.kafka, plan)

@@ -7,6 +7,7 @@ run stops it when its Spark work is done (eosflow.runners.job), so the server ke
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ RETRY: dict[str, Any] = {
     "backoff_multiplier": 2.0,
     "max_backoff": 8000,
 }
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # pyspark's switch between its local and remote sessions
 # Runtime settings a run's session gets (the static ones, the UI and the JVM's, are the server's).
 SESSION_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
@@ -63,6 +65,8 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
         for key, value in SESSION_CONF.items():
             spark.conf.set(key, value)
     except Exception as exc:  # grpc's errors come wrapped in pyspark's, of several classes
+        spark.release_session_on_close = False  # type: ignore[attr-defined]  # nothing to release there
+        close(spark)
         status = re.search(r"StatusCode\.(\w+)", str(exc))
         why = status.group(1) if status else type(exc).__name__
         raise SparkConnectUnavailableError(
@@ -71,7 +75,7 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
             "eosflow stack up --with spark-connect), or unset EOSFLOW_SPARK_REMOTE to start Spark in the run"
         ) from None
     if minor(server) != minor(pyspark.__version__):
-        spark.stop()
+        close(spark)
         here = pyspark.__version__
         raise SparkConnectVersionError(
             f"the Spark Connect server at {url} runs Spark {server} and this pyspark is {here}: a run needs "
@@ -81,3 +85,13 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
     # the same archive as --py-files): the server's own eosflow, if any, is not what this run runs.
     spark.addArtifacts(str(package(settings)), pyfile=True)
     return spark
+
+
+def close(spark: SparkSession) -> None:
+    """End a run's session, and take this process out of Spark Connect mode: pyspark's builder sets
+    SPARK_CONNECT_MODE_ENABLED for good, after which a local session asked for in the same process (a later
+    run without a server, a test's) would be handed the remote one."""
+    try:
+        spark.stop()
+    finally:
+        os.environ.pop(_CONNECT_MODE, None)
