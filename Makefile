@@ -46,7 +46,7 @@ demo: setup
 ## test: lint, types (mypy, configured in pyproject.toml), the docs site's strict build, then the whole suite
 ## against the real stack (unit, integration, Airflow, browser), ending with the 15 slowest tests so the suite's
 ## budget stays in view (every test's time is in test-artifacts/junit.xml). Two pytest-xdist workers by
-## default (about 26 min instead of 47 on the 2-core machines); TEST_WORKERS=0 runs it in one process
+## default (24-26 min of pytest on a fresh clone of the 2-core machines); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 2
 test: setup browser
 	$(BIN)/ruff check .
