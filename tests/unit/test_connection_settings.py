@@ -59,7 +59,7 @@ def test_secrets_never_reach_a_log_line():
 
 
 def test_a_spark_connect_url_is_taken_and_anything_else_refused_before_a_run(monkeypatch):
-    from eosflow.spark.connect import minor
+    from eosflow.spark.connect import minor, shown
 
     monkeypatch.delenv("EOSFLOW_SPARK_REMOTE", raising=False)
     assert settings_mod.load().spark_remote == ""  # each run starts its own Spark
@@ -69,3 +69,4 @@ def test_a_spark_connect_url_is_taken_and_anything_else_refused_before_a_run(mon
     with pytest.raises(SystemExit, match=r"not a Spark Connect URL: set it to sc://host:port"):
         settings_mod.load()
     assert (minor("4.3.0"), minor("4.3.1"), minor("4.2.0")) == ("4.3", "4.3", "4.2")
+    assert shown("sc://spark.example:15002/;token=s3cret;use_ssl=true") == "sc://spark.example:15002"

@@ -43,6 +43,11 @@ class SparkConnectVersionError(StackError):
     """The server's Spark is of another minor than this pyspark: the installation, not the run."""
 
 
+def shown(url: str) -> str:
+    """The server's URL as messages name it: sc://host:port, without its parameters (`/;token=...`)."""
+    return url.split("/;", 1)[0]
+
+
 def minor(version: str) -> str:
     """'4.3.0' -> '4.3': client and server must agree on it (Spark Connect's compatibility unit here)."""
     return ".".join(version.split(".")[:2])
@@ -70,7 +75,7 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
         status = re.search(r"StatusCode\.(\w+)", str(exc))
         why = status.group(1) if status else type(exc).__name__
         raise SparkConnectUnavailableError(
-            f"the Spark Connect server at {url} did not answer ({why}"
+            f"the Spark Connect server at {shown(url)} did not answer ({why}"
             f" after {RETRY['max_retries']} retries); nothing was read or written. Start it (the stack's: "
             "eosflow stack up --with spark-connect), or unset EOSFLOW_SPARK_REMOTE to start Spark in the run"
         ) from None
@@ -78,8 +83,9 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
         close(spark)
         here = pyspark.__version__
         raise SparkConnectVersionError(
-            f"the Spark Connect server at {url} runs Spark {server} and this pyspark is {here}: a run needs "
-            f"the same minor on both; install pyspark=={server} here or run a Spark {minor(here)} server"
+            f"the Spark Connect server at {shown(url)} runs Spark {server} and this pyspark is {here}: "
+            f"a run needs the same minor on both; install pyspark=={server} here or use a Spark "
+            f"{minor(here)} server"
         )
     # The code as it is now, on the Python workers' path for this session only (the spark-submit path ships
     # the same archive as --py-files): the server's own eosflow, if any, is not what this run runs.
