@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from eosflow.sinks.postgres import partitions
 from eosflow.sinks.protocol import Pipeline
 
 
@@ -70,8 +71,12 @@ CHECKS: dict[str, str] = {
 
 
 def check(conn: psycopg.Connection, pipeline: Pipeline) -> list[Violation]:
+    """The checks in one transaction that commits hold off from: a statement that reads the target and the
+    ledger must not meet a commit between its plan and its snapshot (docs/DESIGN.md "Partitioned targets")."""
     found: list[Violation] = []
-    for name, query in CHECKS.items():
-        for row in conn.execute(query.format(rows=_rows(pipeline)), {"p": pipeline.name}).fetchall():
-            found.append(Violation(name, ", ".join(str(v) for v in row)))
+    with conn.transaction():
+        conn.execute(partitions.hold_commits(pipeline.target_table))
+        for name, query in CHECKS.items():
+            for row in conn.execute(query.format(rows=_rows(pipeline)), {"p": pipeline.name}).fetchall():
+                found.append(Violation(name, ", ".join(str(v) for v in row)))
     return found

@@ -103,6 +103,13 @@ def note_rows(child: str, rows: int) -> sql.Composed:
     return sql.SQL("comment on table {} is {}").format(_ident(child), sql.Literal(f"eosflow: {rows} rows"))
 
 
+def hold_commits(target: str) -> sql.Composed:
+    """The lock a reader of the target and the ledger takes first (docs/DESIGN.md "Partitioned targets"):
+    a commit's ATTACH and a replay's writes wait for it, readers of the target do not. ONLY: the children
+    need no lock of their own, and a long query holding one must not stop the reader."""
+    return sql.SQL("lock table only {} in share mode").format(_ident(target))
+
+
 def is_partitioned(conn: psycopg.Connection, table: str) -> bool:
     row = conn.execute("select relkind from pg_class where oid = to_regclass(%s)", (table,)).fetchone()
     return row is not None and row[0] == "p"

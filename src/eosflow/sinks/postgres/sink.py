@@ -7,7 +7,8 @@ invariants on the table (eosflow.dbt_build).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, cast
@@ -20,11 +21,34 @@ from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.faults import fault_point
 from eosflow.ledger.ranges import Plan
+from eosflow.rows import one_row
 from eosflow.schema.declaration import RecordSchema
 from eosflow.settings import Settings
 from eosflow.sinks.deletes import Deletes
 from eosflow.sinks.deletes import parse as parse_deletes
+from eosflow.sinks.postgres import partitions
 from eosflow.sinks.protocol import Log, Pipeline, Run, Sink, Verdict
+
+HOLD_WAIT_S = 120  # how long a verification waits for a commit or replay in flight on its target
+
+
+@contextmanager
+def _commits_held(dsn: str, target: str) -> Iterator[None]:
+    """The target's commits and replays held off while dbt reads it beside the ledger, on a connection of
+    this verification's own (dbt's are dbt's): docs/DESIGN.md "Partitioned targets"."""
+    with psycopg.connect(dsn) as conn:
+        (exists,) = one_row(conn.execute("select to_regclass(%s) is not null", (target,)))
+        if exists:  # a target not made yet: dbt's own error says so
+            conn.execute(f"set lock_timeout = '{HOLD_WAIT_S}s'")
+            try:
+                conn.execute(partitions.hold_commits(target))
+            except psycopg.errors.LockNotAvailable as exc:
+                raise TimeoutError(
+                    f"eosflow verify waited {HOLD_WAIT_S} s for a commit or replay on {target} to end, "
+                    "so that it reads the table and its ledger at one point: run it again once that run "
+                    "ends (pg_stat_activity shows what holds the table)"
+                ) from exc
+        yield  # the connection's context ends the transaction, and the lock with it
 
 
 @dataclass(frozen=True)
@@ -139,14 +163,15 @@ class PostgresSink(Sink):
                 "image_columns": [c.name for c in image(pipeline.schema)],
                 "soft_deletes": self.deletes is Deletes.SOFT,
             }
-        return run_dbt(
-            settings,
-            pipeline.name,
-            self.target_table,
-            business_key=pipeline.schema.business_key,
-            marts=marts and declared >= MART_COLUMNS,
-            state=state,
-        )
+        with _commits_held(settings.warehouse_dsn, self.target_table):
+            return run_dbt(
+                settings,
+                pipeline.name,
+                self.target_table,
+                business_key=pipeline.schema.business_key,
+                marts=marts and declared >= MART_COLUMNS,
+                state=state,
+            )
 
     def latencies(
         self, settings: Settings, pipeline: Pipeline, plan: Plan, committed_at: float
