@@ -124,3 +124,57 @@ def test_the_server_killed_mid_run_fails_it_with_nothing_committed_and_its_retry
     assert retry.returncode == 0, retry.stderr[-3000:]
     assert sorted(warm.event_ids()) == sorted(str(a.event_id) for a in manifest.visible())
     assert verify_pipeline(warm.settings, warm.name).ok
+
+
+def test_a_stream_keeps_one_session_and_opens_another_after_a_batch_that_lost_it(warm, monkeypatch) -> None:
+    """Its session ended under it (as a restarted server forgets it): one batch fails with nothing committed,
+    and the next opens a new session and commits."""
+    import threading
+
+    from eosflow.runners.stream import StreamOptions, stream
+
+    opened = []
+    open_session = connect.open_session
+
+    def recorded(settings, app_name):
+        opened.append(open_session(settings, app_name))
+        return opened[-1]
+
+    monkeypatch.setattr(connect, "open_session", recorded)
+    first = warm.produce(200, seed=64, partitions=2)
+
+    def landed() -> int:  # the target appears with the first commit
+        (exists,) = warm.query("select to_regclass(%s) is not null", warm.table)[0]
+        return len(warm.event_ids()) if exists else 0
+
+    stop, lines = threading.Event(), []
+    streaming = threading.Thread(
+        target=stream,
+        args=(warm.settings, warm.name, StreamOptions(trigger_s=0.3), stop, lines.append),
+    )
+    streaming.start()
+    try:
+        _until(lambda: landed() == len(first.visible()), streaming)
+        second = warm.produce(100, seed=65, partitions=2)
+        _until(lambda: landed() == len(first.visible()) + len(second.visible()), streaming)
+        assert len(opened) == 1  # kept across the batches
+        opened[0].stop()  # the session is gone; the stream does not know yet
+        third = warm.produce(100, seed=66, partitions=2)
+        expected = [*first.visible(), *second.visible(), *third.visible()]
+        _until(lambda: landed() == len(expected), streaming)
+    finally:
+        stop.set()
+        streaming.join(120)
+    assert len(opened) == 2, lines
+    assert any("failed (1 in a row), nothing of it committed" in line for line in lines), lines
+    assert sorted(warm.event_ids()) == sorted(str(a.event_id) for a in expected)
+    assert warm.violations() == []
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # the stream ended its session
+
+
+def _until(condition, streaming, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert streaming.is_alive(), "the stream stopped"
+        assert time.monotonic() < deadline, "the stream did not land the records in time"
+        time.sleep(0.3)

@@ -80,8 +80,19 @@ def cmd_spark_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
+    """The DAGs on the stack's Spark Connect server (started now) unless --spark-submit, or a server of the
+    user's own (EOSFLOW_SPARK_REMOTE), says otherwise: the stack's Airflow makes spark_default from it."""
+    import os
+
+    from eosflow_dev.stack import optional
     from eosflow_dev.stack.airflow_local import serve
 
+    settings = settings_mod.load()
+    if args.spark_submit:
+        os.environ.pop("EOSFLOW_SPARK_REMOTE", None)
+    elif not settings.spark_remote:
+        url = os.environ["EOSFLOW_SPARK_REMOTE"] = optional.spark_connect(settings, log=_log)
+        _log(f"the DAGs' Spark tasks run on {url} (eosflow airflow --spark-submit: a Spark of their own)")
     return serve(settings_mod.load(), log=_log)
 
 
@@ -159,6 +170,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_spark_cluster)
 
     p = sub.add_parser("airflow", help="run `airflow standalone` against the stack (Ctrl-C stops it)")
+    p.add_argument(
+        "--spark-submit",
+        action="store_true",
+        help="the Spark tasks spark-submit their job (local[2]) instead of using the stack's Spark Connect "
+        "server, which is otherwise started and made the spark_default connection",
+    )
     p.set_defaults(func=cmd_airflow)
 
     p = sub.add_parser(

@@ -105,6 +105,17 @@ class EosflowHook(BaseHook):
         (none defined: the worker's EOSFLOW_ICEBERG_CATALOG_PROPERTIES and PyIceberg's own configuration)."""
         return IcebergCatalogHook().catalog_properties()
 
+    def spark_remote(self, spark_conn_id: str) -> str:
+        """The Spark Connect URL the Spark tasks' connection names, or "" for a spark-submit connection:
+        the provider's `spark_connect` type (its hook makes the URL, User ID and Token included), or a Spark
+        connection whose host is an sc:// URL. The URL may hold a token: it stays in this process."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        conn = self.get_connection(spark_conn_id)
+        if conn.conn_type == SparkConnectHook.conn_type or (conn.host or "").startswith("sc://"):
+            return SparkConnectHook(spark_conn_id).get_connection_url()  # always sc://
+        return ""
+
     def reader_settings(self) -> settings_mod.Settings:
         """The same settings, logged in as the read-only role (connection `warehouse_readonly`, else
         EOSFLOW_PG_READER_*): what the eosflow view and the metrics use. The owner's password is not in

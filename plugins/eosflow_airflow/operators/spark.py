@@ -1,4 +1,5 @@
-"""The Spark job as an Airflow task: spark-submit on the `spark_default` connection, the eosflow way.
+"""The Spark job as an Airflow task: spark-submit on the `spark_default` connection, the eosflow way, or,
+when that connection is a Spark Connect one, the job in the task's own process on that server.
 
 What the job runs with is decided when the task runs, never when the DAG file is parsed: its
 EOSFLOW_* settings come from the `warehouse` and `kafka_default` connections (as plan and verify
@@ -11,6 +12,7 @@ loss) fail without retry.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from datetime import timedelta
@@ -87,7 +89,8 @@ def submit_failure(returncode: int | None, job_lines: list[str], pipeline: str |
 
 
 class EosflowSparkSubmitOperator(SparkSubmitOperator):
-    """SparkSubmitOperator with the settings and code of run time, and eosflow's failures."""
+    """SparkSubmitOperator with the settings and code of run time, and eosflow's failures; on a Spark Connect
+    connection, the same job without spark-submit (docs/DESIGN.md "A warm Spark")."""
 
     _job_env: dict[str, str]  # spark-submit's environment, secrets included (set in execute, never templated)
 
@@ -97,6 +100,9 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
 
         hook = EosflowHook()
         settings = hook.settings()
+        remote = hook.spark_remote(self._conn_id)  # the connection chooses, not the worker's environment
+        if remote:
+            return self._run_on_server(dataclasses.replace(settings, spark_remote=remote))
         self._job_env = self.job_env(hook, settings)
         self.py_files = str(package(settings))  # this version's own archive, whatever others build
         self.jars = ",".join(str(j) for j in jars.check(settings))  # the worker's, checked against the lock
@@ -112,11 +118,29 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
                 raise
             raise failure from exc
 
+    def _run_on_server(self, settings: settings_mod.Settings) -> None:
+        """The job in this process, its Spark work in a session of its own on the connection's server: its
+        lines in the task's log, its exit code ending the task as spark-submit's would."""
+        from eosflow.spark import job_main
+
+        lines: list[str] = []
+
+        def say(message: str) -> None:
+            lines.append(job_main.PREFIX + message)
+            self.log.info("%s", lines[-1])
+
+        args = job_main.parse([str(a) for a in self.application_args or []])
+        code = job_main.execute(args, settings, say)
+        if code:
+            failure = submit_failure(code, lines, self._pipeline())
+            raise failure or AirflowException(f"the Spark job ended with exit {code}")
+
     def job_env(self, hook: EosflowHook, settings: settings_mod.Settings) -> dict[str, str]:
         """spark-submit's environment: Spark's and the worker's EOSFLOW_* settings, then the user's
         env_vars, then the same connections as plan and verify, read now (a connection changed after the
         DAG file was parsed must not send the commit to another database than the plan)."""
         worker = {k: v for k, v in os.environ.items() if k.startswith("EOSFLOW_")}
+        worker.pop("EOSFLOW_SPARK_REMOTE", None)  # a spark-submit connection: the job starts its own Spark
         return {**spark_env(settings), **worker, **(self.env_vars or {}), **hook.job_env(settings)}
 
     def _get_hook(self) -> EosflowSparkSubmitHook:

@@ -6,7 +6,9 @@ offsets for a Kafka sink, exactly as a scheduled run. Only the SparkSession outl
 enough to read without Spark (most of a stream's, once it has caught up: eosflow.sources.kafka.inline) runs
 in this process, and the session is started by the first batch that needs it, then kept. There is no
 checkpoint directory: the ledger is the only position, so a stream restarted after a crash, a batch run,
-a backfill or a replay all plan from the same place.
+a backfill or a replay all plan from the same place. With a Spark Connect server (EOSFLOW_SPARK_REMOTE) the
+kept session is the stream's own on that server; a failed batch drops it, and the next batch opens a new one
+(a restarted server knows no session of before).
 
 A batch fenced by another run that committed first (a scheduled run, a backfill chunk) is abandoned, as
 a fenced batch run is, and the next batch re-plans from the positions that run left. An idle trigger
@@ -16,6 +18,7 @@ batches: the batch in flight commits or fails as a whole first.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -123,6 +126,8 @@ def stream(
                 if _needs_a_person(exc) or failures + 1 >= MAX_FAILURES_IN_A_ROW:
                     raise
                 failures += 1
+                if settings.spark_remote and session:  # the server may have lost it: the next batch opens one
+                    _end_session(settings, session.pop())
                 log(
                     f"batch {n} failed ({failures} in a row), nothing of it committed; retrying in "
                     f"{backoff:.0f}s: {type(exc).__name__}: {_first_line(exc)}"
@@ -162,9 +167,21 @@ def stream(
                 stop.wait(max(0.0, options.trigger_s - (time.monotonic() - batch_started)))
     finally:
         for started_session in session:
-            started_session.stop()
+            _end_session(settings, started_session)
     log(f"stopped after {time.monotonic() - started:.0f}s: {status.line()}")
     return status
+
+
+def _end_session(settings: Settings, spark: SparkSession) -> None:
+    """Stop the stream's Spark: its JVM, or its session on a Spark Connect server (which also takes the
+    process out of Spark Connect mode; a session the server already lost stops without a word)."""
+    if not settings.spark_remote:
+        spark.stop()
+        return
+    from eosflow.spark import connect
+
+    with contextlib.suppress(Exception):  # noqa: BLE001 - a dead server's session: nothing left to end
+        connect.close(spark)
 
 
 def _needs_a_person(exc: Exception) -> bool:

@@ -77,7 +77,8 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
         raise SparkConnectUnavailableError(
             f"the Spark Connect server at {shown(url)} did not answer ({why}"
             f" after {RETRY['max_retries']} retries); nothing was read or written. Start it (the stack's: "
-            "eosflow stack up --with spark-connect), or unset EOSFLOW_SPARK_REMOTE to start Spark in the run"
+            "eosflow stack up --with spark-connect), or unset EOSFLOW_SPARK_REMOTE (in Airflow: make "
+            "spark_default a spark-submit connection) to start Spark in the run"
         ) from None
     if minor(server) != minor(pyspark.__version__):
         close(spark)

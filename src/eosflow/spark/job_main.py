@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from eosflow import settings as settings_mod
 from eosflow.runners import backfill_run, database, job
@@ -60,37 +61,47 @@ def parse_range(text: str):
         raise argparse.ArgumentTypeError(f"expected TOPIC:PARTITION:START-END, got {text!r}") from None
 
 
+PREFIX = "eosflow ingest: "  # how the job's lines begin, on stderr and in a task's log
+
+
 def log(msg: str) -> None:
-    print(f"eosflow ingest: {msg}", file=sys.stderr, flush=True)
+    print(f"{PREFIX}{msg}", file=sys.stderr, flush=True)
 
 
-def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = None) -> int:
+def execute(
+    args: argparse.Namespace, settings: settings_mod.Settings | None = None, say: Callable[[str], None] = log
+) -> int:
+    """One run; returns its exit code. say: where its lines go (stderr, or an Airflow task's log)."""
     settings = settings or settings_mod.load()
     try:
         if args.range is not None:
             if args.mode is None or args.run_id is None:
-                print("eosflow ingest: --range needs --mode and --run-id", file=sys.stderr)
+                say("--range needs --mode and --run-id")
                 return 2
-            summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, log)
+            summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, say)
         elif (entry := database.database_entry(settings, args.pipeline)) is not None:
             done = database.run(
-                settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, log
+                settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, say
             )
             print(done.table(), flush=True)
             return done.exit_code
         else:
             summary = job.run(
-                settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, log
+                settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, say
             )
     except tuple(EXIT) as exc:
         code, line = reported(exc)
-        print(f"eosflow ingest: {line}", file=sys.stderr, flush=True)
+        say(line)
         return code
     print(summary.table(), flush=True)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ingest_job", description="one eosflow ingestion run")
     add_arguments(parser)
-    return execute(parser.parse_args(argv))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return execute(parse(sys.argv[1:] if argv is None else argv))

@@ -41,11 +41,16 @@ def admin_password(settings: Settings) -> str:
 def connections(settings: Settings) -> dict[str, str]:
     """AIRFLOW_CONN_* values; an operator's own AIRFLOW_CONN_* in the environment wins."""
     conns = {
-        # Without this the Spark provider silently falls back to YARN.
-        "AIRFLOW_CONN_SPARK_DEFAULT": {
-            "conn_type": "spark",
-            "host": os.environ.get("EOSFLOW_SPARK_MASTER", "local[2]"),
-        },
+        # Without this the Spark provider silently falls back to YARN. With EOSFLOW_SPARK_REMOTE (the CLI's
+        # Spark Connect server) the tasks use that server, as the CLI's runs do (DESIGN.md "A warm Spark").
+        "AIRFLOW_CONN_SPARK_DEFAULT": (
+            {
+                "conn_type": "spark_connect",
+                "host": settings.spark_remote.split("/;", 1)[0],
+            }  # the stack's: no token
+            if settings.spark_remote
+            else {"conn_type": "spark", "host": os.environ.get("EOSFLOW_SPARK_MASTER", "local[2]")}
+        ),
         "AIRFLOW_CONN_KAFKA_DEFAULT": {
             "conn_type": "kafka",
             "extra": settings.kafka,  # the whole client configuration (the Kafka provider's form)
