@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup spark-archive prereqs browser demo test unit docs airflow lab bench soak up down status lint clean
+.PHONY: setup spark-archive prereqs browser demo test unit docs airflow lab bench bench-connect-memory soak up down status lint clean
 
 ## setup: the machine's prerequisites (Debian), the virtualenv (PyPI) and the jars (Maven Central); idempotent
 setup: prereqs $(STAMP)
@@ -85,6 +85,11 @@ lab: setup spark-archive
 bench: setup spark-archive
 	$(BIN)/eosflow stack up
 	$(BIN)/eosflow bench $(BENCH_ARGS)
+
+## bench-connect-memory: the stack's Spark Connect server's memory over 200 consecutive runs (issue 46; ~10 min)
+bench-connect-memory: setup
+	$(BIN)/eosflow stack up
+	$(BIN)/python -m eosflow_dev.bench.connect_memory $(BENCH_ARGS)
 
 ## soak: the randomized schedules, 1,000+ steps (EOSFLOW_SOAK_STEPS) for each runner (batch, kafka, iceberg, publisher,
 ## stream, changes: EOSFLOW_SOAK_RUNNERS) on a stack of its own (.stack/soak, Kafka 19292/19293, Postgres 15632,

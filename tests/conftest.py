@@ -36,6 +36,11 @@ _SHARED_GROUPS = {
     "tests/airflow/test_eosflow_view.py": "airflow_server",
     "tests/airflow/test_kafka_wake.py": "airflow_server",
     "tests/airflow/test_standalone_rest.py": "airflow_server",
+    # The stack's one Spark Connect server: tests that kill it must not run beside tests that use it.
+    "tests/integration/test_spark_connect.py": "spark_connect_server",
+    "tests/airflow/test_spark_connect_task.py": "spark_connect_server",
+    "tests/bench/test_bench_smoke.py": "spark_connect_server",
+    "tests/random/test_random_schedule.py": "spark_connect_server",  # the batch schedule kills it
 }
 # The longest groups start first, so none is left to run alone at the end.
 _FIRST = ("tests/lab/", "tests/install/", "tests/random/", "tests/airflow/")

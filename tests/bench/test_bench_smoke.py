@@ -26,7 +26,7 @@ SPARK_RUNS = ("overhead-spark", "read-check", "streaming")
 def test_smoke_every_measurement_moves_exactly_the_loaded_records(running_stack, tmp_path):
     """Slow because it runs every bench measurement once at 5,000 records, each in a process of its own:
     four of them start a JVM (Kafka's ConsumerPerformance, Spark for the 1-record run, the read-and-check
-    floor and Structured Streaming)."""
+    floor and Structured Streaming), and two go through the stack's Spark Connect server."""
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(
@@ -53,6 +53,11 @@ def test_smoke_every_measurement_moves_exactly_the_loaded_records(running_stack,
     for name in WRITERS:
         assert results[name].rows_checked == RECORDS, name
     assert results["overhead"].rows_checked == results["overhead-spark"].rows_checked == 1
+    assert results["overhead-warm"].rows_checked == 1
+    # The warm runs went through the stack's Spark Connect server (a session, not a JVM of their own).
+    assert (
+        "spark start" in results["overhead-warm"].detail and "spark start" in results["eosflow-warm"].detail
+    )
     assert (
         "spark start" not in results["overhead"].detail and "spark start" in results["overhead-spark"].detail
     )
@@ -112,8 +117,8 @@ def test_report_renders_latest_and_scaling_from_results(tmp_path):
         (0.5, 0.4, 0.3), (1.5, 0.9, 0.4),
     )  # fmt: skip
     seconds = {"read-ceiling": 2, "write-ceiling": 5, "write-ceiling-2": 4, "eosflow": 40, "iceberg": 30,
-               "read-check": 25, "overhead": 20, "overhead-spark": 30, "handwritten": 90, "competent": 36,
-               "streaming": 45}  # fmt: skip
+               "read-check": 25, "overhead": 20, "overhead-spark": 30, "eosflow-warm": 24,
+               "overhead-warm": 1.2, "handwritten": 90, "competent": 36, "streaming": 45}  # fmt: skip
     latest = [_fake(m, 6, 1_000_000, s) for m, s in seconds.items()]
     paths = report.write_latest(tmp_path, latest, info)
     assert [p.name for p in paths] == ["latest.md", "latest.csv", "latest.png"]
@@ -124,6 +129,9 @@ def test_report_renders_latest_and_scaling_from_results(tmp_path):
     assert "| fixed overhead of a run (1 record) ≤ 4 s | 20.0 s | MISSED |" in text
     assert "| commit step ≤ 0.5 s at 4M | 1.00 s | at 4M |" in text
     assert "| fixed overhead of a run through Spark (1 record) | 30.0 s | reported |" in text
+    assert "| a run through the warm Spark (1 record) ≤ 1.5 s | 1.20 s | met |" in text
+    assert "| warm Spark ≥ 1.5 × the competent loop at 1M, 1.8 × at 4M | 1.50 × | met |" in text
+    assert "## Where a run's time goes on a warm Spark" in text
     # The 1M run started Spark, so its fixed cost is the 1-record run through Spark: 40 s - 30 s.
     assert "Without it, eosflow moves 100,000 records/s" in text
     assert "| Iceberg sink ≥ 1.5 × the Postgres sink (eosflow) | 1.33 × | MISSED |" in text

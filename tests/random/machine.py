@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import time
 import traceback
 import uuid
@@ -46,6 +47,7 @@ from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
 from eosflow.sources.kafka.range_read import ReadDataLossError
 from eosflow.spark import job_main as ingest_cli
+from eosflow_dev.stack.spark_connect import SparkConnectService
 from tests import orders
 from tests.random.formats import FORMATS, Codec
 from tests.random.model import PipelineModel, Rows, compare
@@ -77,6 +79,7 @@ EXIT_LABEL = {
 # a machine of its own (tests/random/publisher.py): it reads an outbox, not a topic.
 EVERY_RUNNER = frozenset({"batch", "kafka", "stream", "iceberg"})
 WITHOUT_STREAM = frozenset({"batch", "kafka", "iceberg"})  # retention and re-created topics
+BATCH = frozenset({"batch"})  # the randomized batch schedule's own steps
 REPLAYS = frozenset({"batch", "stream", "iceberg"})  # replays: refused for a Kafka sink (its own step)
 
 
@@ -192,6 +195,7 @@ class Bookkeeping(RuleBasedStateMachine):
 
 class ScheduleMachine(Bookkeeping):
     runner = "batch"  # which steps it draws (schedule_step's runners)
+    server_killed = False  # whether a warm_server_killed step killed the Spark Connect server in this run
 
     def __init__(self) -> None:
         super().__init__()
@@ -607,6 +611,40 @@ class ScheduleMachine(Bookkeeping):
             self._fault("SIGKILL at a random moment")
         code = proc.wait()
         self._process_ended(code, proc, run_id, acknowledge)
+
+    @schedule_step(1, heavy=True, runners=BATCH, delay=st.floats(0.2, 5.0))
+    def warm_server_killed(self, delay: float) -> None:
+        """`eosflow ingest` with its Spark work on the stack's Spark Connect server (DESIGN.md "A warm
+        Spark"), the server SIGKILLed after a random moment (once per test run), then started again: the run
+        committed before it, or it failed with nothing committed and the orchestrator retries it
+        (`retry_killed`)."""
+        self._begin("Spark Connect server killed mid-run", heavy=True)
+        server = SparkConnectService(self.settings)
+        server.start(log=_quiet)
+        run_id = f"warm-{uuid.uuid4().hex[:8]}"
+        proc = spawn_ingest(
+            self.pipe.name,
+            self.pipelines_file,
+            self.home,
+            ["--run-id", run_id],
+            EOSFLOW_SPARK_REMOTE=server.endpoint(),
+            EOSFLOW_INLINE_MAX_OFFSETS="0",
+        )
+        killed = False
+        try:
+            # Killed once per test run (a restart costs ~30 s on a busy machine); later draws run through it.
+            proc.popen.wait(timeout=None if ScheduleMachine.server_killed else delay)
+        except Exception:  # noqa: BLE001 - still running: the moment has come
+            if (pid := server.pid()) is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed = ScheduleMachine.server_killed = True
+                self._fault("Spark Connect server SIGKILL")
+        code = proc.wait()
+        while killed and server.pid() is not None:
+            time.sleep(0.1)
+        server.start(log=_quiet)  # the next warm run finds it back
+        # Its Spark action failed (exit 1, nothing committed): for the model, a run that died there.
+        self._process_ended(-9 if killed and code == 1 else code, proc, run_id, False)
 
     @schedule_step(2, heavy=True, point=st.sampled_from(CRASH_POINTS), acknowledge=st.booleans())
     def ingest_crashes(self, point: str, acknowledge: bool) -> None:

@@ -17,6 +17,8 @@ MEASUREMENTS: dict[str, str] = {
     "read-check": "Floor for any sink: eosflow's read and check through Spark, nothing written",
     "overhead": "eosflow fixed overhead (1 record)",
     "overhead-spark": "eosflow fixed overhead through Spark (1 record, EOSFLOW_INLINE_MAX_OFFSETS=0)",
+    "eosflow-warm": "eosflow ingest through a warm Spark (the stack's Spark Connect server), end to end",
+    "overhead-warm": "eosflow fixed overhead through a warm Spark (1 record, Spark Connect, no inline read)",
     "handwritten": "executemany loop (confluent-kafka, at-least-once)",
     "competent": "Competent loop (assign, msgspec checks, COPY + positions in one transaction)",
     "streaming": "Structured Streaming (AvailableNow, foreachBatch JDBC)",
@@ -27,9 +29,21 @@ CHANGE_MEASUREMENTS: dict[str, str] = {
     "merge-loop": "Merge loop (assign, msgspec, COPY + reduce + DELETE + upsert + positions per transaction)",
     "eosflow-append": "eosflow ingest, the same columns appended (no changes:), end to end",
 }
-OVERHEADS = ("overhead", "overhead-spark")  # 1-record runs: beside the table, not in its ratios
+OVERHEADS = (
+    "overhead",
+    "overhead-spark",
+    "overhead-warm",
+)  # 1-record runs: beside the table, not in its ratios
 # fill a table with the loaded rows
-WRITERS = ("write-ceiling", "write-ceiling-2", "eosflow", "handwritten", "competent", "streaming")
+WRITERS = (
+    "write-ceiling",
+    "write-ceiling-2",
+    "eosflow",
+    "eosflow-warm",
+    "handwritten",
+    "competent",
+    "streaming",
+)
 
 CSV_FIELDS = (
     "run_id",

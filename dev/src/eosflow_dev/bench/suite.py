@@ -61,7 +61,8 @@ class _Context:
     workload: load.Workload
     work_dir: Path
     log: Log
-    one_record_loaded: bool = False  # the 1-record topic both fixed-overhead runs read
+    one_record_loaded: bool = False  # the 1-record topic the fixed-overhead runs read
+    server_warmed: bool = False  # a run went through the stack's Spark Connect server already
 
     def result(self, measurement: str, measured: Measured, records: int, seconds: float, timed: str, **kw):
         return Result(
@@ -208,6 +209,35 @@ def _overhead_spark(ctx: _Context) -> Result:
     return _eosflow(ctx, "overhead-spark", _one_record_topic(ctx), 1, env=env)
 
 
+def _eosflow_warm(ctx: _Context) -> Result:
+    """The same run with its Spark work on the stack's Spark Connect server, already running and warmed by
+    a 1-record run: what a run costs where Spark is already up. The peak RSS is the CLI's process only (the
+    Spark work is in the server's JVM)."""
+    env = {"EOSFLOW_SPARK_REMOTE": _warm_server(ctx), "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+    return _eosflow(ctx, "eosflow-warm", env=env)
+
+
+def _overhead_warm(ctx: _Context) -> Result:
+    """A 1-record run through the warm server (no inline read): the fixed cost left once Spark is up."""
+    env = {"EOSFLOW_SPARK_REMOTE": _warm_server(ctx), "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+    return _eosflow(ctx, "overhead-warm", _one_record_topic(ctx), 1, env=env)
+
+
+def _warm_server(ctx: _Context) -> str:
+    """The stack's Spark Connect server (started if need be), after one untimed 1-record run through it: the
+    first session of a server loads classes and starts Python workers that later ones find."""
+    from eosflow_dev.stack import optional
+
+    url = optional.spark_connect(ctx.settings, log=ctx.log)
+    if not ctx.server_warmed:
+        env = {"EOSFLOW_SPARK_REMOTE": url, "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+        _eosflow(ctx, "warm-up", _one_record_topic(ctx), 1, env=env)
+        with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
+            targets.drop(conn, ctx.table("warm-up"))
+        ctx.server_warmed = True
+    return url
+
+
 def _one_record_topic(ctx: _Context) -> str:
     topic = f"{ctx.cell.topic}.one"
     if not ctx.one_record_loaded:
@@ -296,6 +326,8 @@ RUNNERS: dict[str, Callable[[_Context], Result]] = {
     "read-check": _read_check,
     "overhead": _overhead,
     "overhead-spark": _overhead_spark,
+    "eosflow-warm": _eosflow_warm,
+    "overhead-warm": _overhead_warm,
     "handwritten": _handwritten,
     "competent": _competent,
     "streaming": _streaming,

@@ -9,6 +9,8 @@ at the named step, the zombie really woke after the newer run committed.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 from eosflow.faults import SINK_FAULT_POINTS
@@ -16,6 +18,7 @@ from eosflow_dev.lab.outcome import Trial
 from eosflow_dev.lab.world import Lab, LabPipeline
 from eosflow_dev.stack.kafka import KafkaService
 from eosflow_dev.stack.postgres import PostgresService
+from eosflow_dev.stack.spark_connect import SparkConnectService
 
 CRASH_POINTS = ("after_plan", "after_read", "after_stage", "in_commit", "after_commit")
 # A Kafka sink's run has no staging step; its tasks stand inside their Kafka transactions instead.
@@ -97,6 +100,37 @@ def postgres_restart_mid_commit(lab: Lab, mode: str, trial: int) -> Trial:
         f"{first.returncode} ({_last_error(first)}); retry exit {retry.returncode}"
     )
     return _trial(lab, "postgres restart mid-commit", p, manifest, trial, faults, detail)
+
+
+def spark_connect_kill(lab: Lab, mode: str, trial: int) -> Trial:
+    """The job's Spark work on the lab's Spark Connect server (DESIGN.md "A warm Spark"), the server
+    SIGKILLed while the job stands before its read (its session open), started again; the retry (same run
+    id) opens a session on the new server."""
+    p = lab.pipeline("sc_kill", mode, trial)
+    manifest = lab.produce(p, seed=lab.seed + trial)
+    server = SparkConnectService(lab.settings)
+    server.start(log=lab.log)
+    warm = {"EOSFLOW_SPARK_REMOTE": server.endpoint(), "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
+    lab.clear_pause("before_read")
+    job = lab.start_job(p, "r1", EOSFLOW_PAUSE_AT="before_read", **warm)
+    lab.wait_paused("before_read", job)
+    before = server.pid()
+    if before is not None:
+        os.kill(before, signal.SIGKILL)
+        while server.pid() is not None:
+            time.sleep(0.1)
+    lab.resume("before_read")
+    first = lab.finish(job)
+    lab.clear_pause("before_read")
+    server.start(log=lab.log)
+    after = server.pid()
+    faults = int(before is not None and after is not None and first.returncode == 1)
+    retry = lab.run_job(p, "r1", **warm)
+    detail = (
+        f"server pid {before} SIGKILLed with the job's session open, restarted as {after}; first attempt "
+        f"exit {first.returncode} ({_last_error(first)}); retry exit {retry.returncode}"
+    )
+    return _trial(lab, "Spark Connect server killed mid-run", p, manifest, trial, faults, detail)
 
 
 def zombie(lab: Lab, mode: str, trial: int) -> Trial:

@@ -107,6 +107,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         small_modes=("at_least_once",),  # the comparison that duplicates; exactly_once is fenced (its tests)
     ),
     Scenario("airflow-clear", _airflow, DELIVERY_MODES + KAFKA),
+    # A warm Spark: the Spark Connect server the job's Spark work runs on, killed mid-run (full lab only:
+    # the randomized batch schedule draws the same fault in CI, and tests/integration/test_spark_connect.py).
+    Scenario("spark-connect-kill", _each(consumer_faults.spark_connect_kill), EO),
     # `eosflow publish`: an outbox into Kafka, against its at-least-once comparison.
     *(
         Scenario(

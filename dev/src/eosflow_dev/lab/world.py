@@ -40,6 +40,7 @@ LAB_ENV = {
     "EOSFLOW_KAFKA_SASL_PORT": "0",  # no SASL listener: the lab's clients never log in
     "EOSFLOW_PG_PORT": "15532",
     "EOSFLOW_REGISTRY_PORT": "0",  # no schema registry: the lab's pipelines are JSON
+    "EOSFLOW_SPARK_CONNECT_PORT": "15102",  # started by the spark-connect-kill scenario only
 }
 CLUSTER_BASE_PORT = 19200  # the three-broker cluster: 19200-19205
 # A Kafka sink's modes: the same delivery modes, the output a topic instead of a table.
