@@ -26,7 +26,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter hits
 os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(_TEST_AIRFLOW_HOME / "passwords.json")
 
 
-# Under pytest-xdist (`make test` runs two workers) a file's tests stay together on one worker, so a
+# Under pytest-xdist (`make test` runs three workers) a file's tests stay together on one worker, so a
 # module's fixture (the lab's own stack, an Airflow standalone) is made once; files that share a session
 # fixture share a group, so it is made once too. (xdist's own loadgroup cannot do this under pytest 9.2:
 # it renames node ids, which pytest no longer reads.)
