@@ -77,7 +77,7 @@ docs: $(STAMP)
 
 ## airflow: the Airflow UI against the stack, in the foreground (Ctrl-C stops it)
 airflow: setup spark-archive
-	$(BIN)/eosflow stack up
+	$(BIN)/eosflow stack up --with spark-connect
 	$(BIN)/eosflow airflow
 
 ## lab: the delivery-guarantee lab, every scenario x delivery mode, on a stack of its own (~20 min)

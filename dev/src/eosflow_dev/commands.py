@@ -80,19 +80,25 @@ def cmd_spark_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_airflow(args: argparse.Namespace) -> int:
-    """The DAGs on the stack's Spark Connect server (started now) unless --spark-submit, or a server of the
-    user's own (EOSFLOW_SPARK_REMOTE), says otherwise: the stack's Airflow makes spark_default from it."""
+    """The DAGs on the stack's Spark Connect server when it runs (`make airflow` starts it) unless
+    --spark-submit, or on a server of the user's own (EOSFLOW_SPARK_REMOTE): the stack's Airflow makes
+    spark_default from it. `eosflow airflow` starts no server: what it starts, it stops."""
     import os
 
-    from eosflow_dev.stack import optional
     from eosflow_dev.stack.airflow_local import serve
+    from eosflow_dev.stack.spark_connect import SparkConnectService
 
     settings = settings_mod.load()
     if args.spark_submit:
         os.environ.pop("EOSFLOW_SPARK_REMOTE", None)
-    elif not settings.spark_remote:
-        url = os.environ["EOSFLOW_SPARK_REMOTE"] = optional.spark_connect(settings, log=_log)
-        _log(f"the DAGs' Spark tasks run on {url} (eosflow airflow --spark-submit: a Spark of their own)")
+    elif not settings.spark_remote and (server := SparkConnectService(settings)).healthy():
+        os.environ["EOSFLOW_SPARK_REMOTE"] = server.endpoint()
+    remote = settings_mod.load().spark_remote
+    _log(
+        f"the DAGs' Spark tasks run on {remote} (eosflow airflow --spark-submit: a Spark of their own)"
+        if remote
+        else "the DAGs' Spark tasks spark-submit their job (warm: eosflow stack up --with spark-connect)"
+    )
     return serve(settings_mod.load(), log=_log)
 
 
@@ -173,8 +179,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--spark-submit",
         action="store_true",
-        help="the Spark tasks spark-submit their job (local[2]) instead of using the stack's Spark Connect "
-        "server, which is otherwise started and made the spark_default connection",
+        help="the Spark tasks spark-submit their job (local[2]) even when the stack's Spark Connect server "
+        "runs, which is otherwise made the spark_default connection",
     )
     p.set_defaults(func=cmd_airflow)
 
