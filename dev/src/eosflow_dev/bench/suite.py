@@ -213,14 +213,12 @@ def _eosflow_warm(ctx: _Context) -> Result:
     """The same run with its Spark work on the stack's Spark Connect server, already running and warmed by
     a 1-record run: what a run costs where Spark is already up. The peak RSS is the CLI's process only (the
     Spark work is in the server's JVM)."""
-    env = {"EOSFLOW_SPARK_REMOTE": _warm_server(ctx), "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
-    return _eosflow(ctx, "eosflow-warm", env=env)
+    return _eosflow(ctx, "eosflow-warm", env=_through(_warm_server(ctx)))
 
 
 def _overhead_warm(ctx: _Context) -> Result:
     """A 1-record run through the warm server (no inline read): the fixed cost left once Spark is up."""
-    env = {"EOSFLOW_SPARK_REMOTE": _warm_server(ctx), "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
-    return _eosflow(ctx, "overhead-warm", _one_record_topic(ctx), 1, env=env)
+    return _eosflow(ctx, "overhead-warm", _one_record_topic(ctx), 1, env=_through(_warm_server(ctx)))
 
 
 def _warm_server(ctx: _Context) -> str:
@@ -230,12 +228,16 @@ def _warm_server(ctx: _Context) -> str:
 
     url = optional.spark_connect(ctx.settings, log=ctx.log)
     if not ctx.server_warmed:
-        env = {"EOSFLOW_SPARK_REMOTE": url, "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
-        _eosflow(ctx, "warm-up", _one_record_topic(ctx), 1, env=env)
+        _eosflow(ctx, "warm-up", _one_record_topic(ctx), 1, env=_through(url))
         with psycopg.connect(ctx.settings.warehouse_dsn, autocommit=True) as conn:
             targets.drop(conn, ctx.table("warm-up"))
         ctx.server_warmed = True
     return url
+
+
+def _through(url: str) -> dict[str, str]:
+    """A run's environment sending every plan, however small, to the Spark Connect server at `url`."""
+    return {"EOSFLOW_SPARK_REMOTE": url, "EOSFLOW_INLINE_MAX_OFFSETS": "0"}
 
 
 def _one_record_topic(ctx: _Context) -> str:
