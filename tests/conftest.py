@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from eosflow import settings as settings_mod
 from eosflow_dev import stack
 from eosflow_dev.stack import airflow_local
+from eosflow_dev.stack import settings as settings_mod
 from tests.stack_servers import connect_server, iceberg_rest, s3_server, spark_connect  # noqa: F401  (fixtures)
 
 # Airflow reads its configuration when first imported: point it at a test home, the project's
@@ -99,7 +99,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 @pytest.fixture(scope="session")
-def settings() -> settings_mod.Settings:
+def settings() -> settings_mod.StackSettings:
     return settings_mod.load()
 
 

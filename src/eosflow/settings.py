@@ -1,6 +1,8 @@
-"""Every setting of the local stack, read from the environment in one place.
+"""What a run connects to (Kafka, the warehouse, the schema registry, Spark) and how it runs, read from the
+environment in one place. Airflow's connections fill the same fields when a task runs (eosflow_airflow).
 
-Defaults are chosen to stay off the ports a developer's own Kafka or Postgres would use.
+Defaults are the local stack's endpoints, chosen to stay off the ports a developer's own Kafka or Postgres
+would use. The stack's own servers' settings are the dev tools' (eosflow_dev.stack.settings).
 See docs/reference/environment.md (generated) and docs/getting-started.md, "Configuration".
 """
 
@@ -88,21 +90,14 @@ class Settings:
     jars_dir: Path  # Maven downloads (git-ignored cache)
     kafka_host: str
     kafka_port: int
-    kafka_controller_port: int
     pg_host: str
     pg_port: int
     pg_database: str
     pg_user: str
     pg_password: str = field(repr=False)  # secrets stay out of repr, and so out of logs and tracebacks
-    airflow_port: int
     # The read-only role the Airflow view and the metrics use (the stack creates it; docs/readonly-role.sql).
     pg_reader_user: str = "eosflow_reader"
     pg_reader_password: str = field(default="eosflow_reader", repr=False)
-    # The producer-retries lab: an extra broker listener whose advertised address is a toxiproxy
-    # port, so clients that follow metadata stay behind the fault-injecting proxy. 0 = off.
-    kafka_proxied_port: int = 0
-    kafka_proxy_port: int = 19094  # where toxiproxy listens for Kafka; advertised for PROXIED
-    toxiproxy_api_port: int = 18474
     # The user's own Kafka: several brokers (EOSFLOW_KAFKA_BOOTSTRAP_SERVERS, instead of host and
     # port) and the rest of the client configuration (EOSFLOW_KAFKA_CONFIG: SASL, TLS, ...).
     kafka_bootstrap: str = ""
@@ -113,10 +108,6 @@ class Settings:
     # libpq connection parameters beyond host, port, database, user, password (EOSFLOW_PG_OPTIONS:
     # sslmode, sslrootcert, ...).
     pg_options: tuple[tuple[str, str], ...] = ()
-    # The local stack's SASL/PLAIN listener (user eosflow, password EOSFLOW_KAFKA_SASL_PASSWORD), for
-    # testing clients against a broker that requires authentication. 0 = off.
-    kafka_sasl_port: int = 19095
-    kafka_sasl_password: str = field(default="eosflow-sasl", repr=False)
     # The schema registry Avro pipelines decode with (its Confluent-compatible API), and its client
     # settings (EOSFLOW_SCHEMA_REGISTRY_CONFIG: basic.auth.user.info, ssl.ca.location, ...).
     # Unset: the local stack's (`registry_port`; 0: the stack runs none).
@@ -136,42 +127,16 @@ class Settings:
     # A Spark Connect server (sc://host:port) a run sends its Spark work to; "": each run starts its own Spark
     # (DESIGN.md, "A warm Spark"). EOSFLOW_SPARK_REMOTE, or an Airflow Spark connection whose host is sc://.
     spark_remote: str = ""
-    # The stack's optional servers (`eosflow stack up --with iceberg-rest,s3`): Iceberg's REST catalog,
-    # its warehouse in files ("file") or in the stack's S3 server ("s3"); the S3 server and its bucket.
-    iceberg_rest_port: int = 18181
-    iceberg_rest_storage: str = "file"
-    s3_port: int = 19000
-    s3_bucket: str = "eosflow"
-    # Kafka Connect with Debezium (`--with connect`): its REST port, its group (also its internal topics'
-    # prefix), and the database it streams changes of, owned by a LOGIN REPLICATION role.
-    connect_port: int = 18083
-    connect_group: str = "eosflow-connect"
-    source_database: str = "source"
-    source_user: str = "eosflow_source"
 
     @property
     def bootstrap_servers(self) -> str:
-        return self.kafka_bootstrap or self.stack_bootstrap_servers
-
-    @property
-    def stack_bootstrap_servers(self) -> str:
-        """The local stack's broker (`eosflow stack`), whatever Kafka the pipelines use."""
-        return f"{self.kafka_host}:{self.kafka_port}"
-
-    @property
-    def sasl_bootstrap_servers(self) -> str:
-        """The local stack's SASL/PLAIN listener (user `eosflow`, password kafka_sasl_password)."""
-        return f"{self.kafka_host}:{self.kafka_sasl_port}"
+        """EOSFLOW_KAFKA_BOOTSTRAP_SERVERS, else the local stack's broker."""
+        return self.kafka_bootstrap or f"{self.kafka_host}:{self.kafka_port}"
 
     @property
     def kafka(self) -> dict[str, str]:
         """The whole Kafka client configuration every client eosflow makes gets (eosflow.kafka_client)."""
         return {"bootstrap.servers": self.bootstrap_servers, **dict(self.kafka_config)}
-
-    @property
-    def proxied_bootstrap_servers(self) -> str:
-        """Bootstrap through toxiproxy: every request and response then crosses the proxy."""
-        return f"{self.kafka_host}:{self.kafka_proxy_port}"
 
     @property
     def warehouse_dsn(self) -> str:
@@ -225,10 +190,6 @@ class Settings:
         except ValueError as exc:
             raise SystemExit(f"EOSFLOW_SCHEMA_REGISTRY_URL / _CONFIG: {exc}") from None
 
-    @property
-    def airflow_home(self) -> Path:
-        return self.state_dir / "airflow"
-
 
 def ingest_interval() -> timedelta:
     """How often a batch pipeline's ingest DAG runs (EOSFLOW_INGEST_INTERVAL_MINUTES, default 5): the DAGs
@@ -246,7 +207,6 @@ def load() -> Settings:
         jars_dir=jars_dir,
         kafka_host=os.environ.get("EOSFLOW_KAFKA_HOST", "127.0.0.1"),
         kafka_port=_int("EOSFLOW_KAFKA_PORT", 19092),
-        kafka_controller_port=_int("EOSFLOW_KAFKA_CONTROLLER_PORT", 19093),
         pg_host=os.environ.get("EOSFLOW_PG_HOST", "127.0.0.1"),
         pg_port=_int("EOSFLOW_PG_PORT", 15432),
         pg_database=os.environ.get("EOSFLOW_PG_DATABASE", "warehouse"),
@@ -254,27 +214,13 @@ def load() -> Settings:
         pg_password=os.environ.get("EOSFLOW_PG_PASSWORD", "eosflow"),
         pg_reader_user=os.environ.get("EOSFLOW_PG_READER_USER", "eosflow_reader"),
         pg_reader_password=os.environ.get("EOSFLOW_PG_READER_PASSWORD", "eosflow_reader"),
-        airflow_port=_int("EOSFLOW_AIRFLOW_PORT", 8080),
-        kafka_proxied_port=_int("EOSFLOW_KAFKA_PROXIED_PORT", 0),
-        kafka_proxy_port=_int("EOSFLOW_KAFKA_PROXY_PORT", 19094),
-        toxiproxy_api_port=_int("EOSFLOW_TOXIPROXY_PORT", 18474),
         kafka_bootstrap=os.environ.get("EOSFLOW_KAFKA_BOOTSTRAP_SERVERS", "").strip(),
         kafka_config=_json_object("EOSFLOW_KAFKA_CONFIG"),
         kafka_timeout_s=_int("EOSFLOW_KAFKA_TIMEOUT_S", 30),
         pg_options=_json_object("EOSFLOW_PG_OPTIONS"),
-        kafka_sasl_port=_int("EOSFLOW_KAFKA_SASL_PORT", 19095),
-        kafka_sasl_password=os.environ.get("EOSFLOW_KAFKA_SASL_PASSWORD", "eosflow-sasl"),
         schema_registry_url=os.environ.get("EOSFLOW_SCHEMA_REGISTRY_URL", "").strip(),
         schema_registry_config=_json_object("EOSFLOW_SCHEMA_REGISTRY_CONFIG"),
         registry_port=_int("EOSFLOW_REGISTRY_PORT", 18081),
         inline_max_offsets=_int("EOSFLOW_INLINE_MAX_OFFSETS", INLINE_MAX_OFFSETS),
         spark_remote=_spark_remote(os.environ.get("EOSFLOW_SPARK_REMOTE", "")),
-        iceberg_rest_port=_int("EOSFLOW_ICEBERG_REST_PORT", 18181),
-        iceberg_rest_storage=os.environ.get("EOSFLOW_ICEBERG_REST_STORAGE", "file").strip() or "file",
-        s3_port=_int("EOSFLOW_S3_PORT", 19000),
-        s3_bucket=os.environ.get("EOSFLOW_S3_BUCKET", "eosflow").strip() or "eosflow",
-        connect_port=_int("EOSFLOW_CONNECT_PORT", 18083),
-        connect_group=os.environ.get("EOSFLOW_CONNECT_GROUP", "eosflow-connect").strip() or "eosflow-connect",
-        source_database=os.environ.get("EOSFLOW_SOURCE_DATABASE", "source").strip() or "source",
-        source_user=os.environ.get("EOSFLOW_SOURCE_USER", "eosflow_source").strip() or "eosflow_source",
     )

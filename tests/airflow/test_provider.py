@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eosflow import settings as settings_mod
 from eosflow_dev.stack import airflow_local
+from eosflow_dev.stack import settings as settings_mod
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 

@@ -24,9 +24,9 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from eosflow import settings as settings_mod
 from eosflow.errors import StackError
 from eosflow_dev.stack import connect, optional
+from eosflow_dev.stack import settings as settings_mod
 from eosflow_dev.stack.connect import ConnectService
 from eosflow_dev.stack.kafka import quiet_logger
 from eosflow_dev.stack.postgres import PostgresService
@@ -47,7 +47,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _private_settings(state_dir: Path) -> settings_mod.Settings:
+def _private_settings(state_dir: Path) -> settings_mod.StackSettings:
     return dataclasses.replace(
         settings_mod.load(),
         state_dir=state_dir,

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 from pyarrow import fs as pafs
 
-from eosflow import settings as settings_mod
 from eosflow_dev.stack import optional
+from eosflow_dev.stack import settings as settings_mod
 from eosflow_dev.stack.iceberg_rest import IcebergRestService
 from eosflow_dev.stack.process import pid_alive
 from eosflow_dev.stack.s3_server import S3Service, filesystem

@@ -338,7 +338,7 @@ def _run(command: list[str], what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eosflow import settings as settings_mod
+    from eosflow_dev.stack import settings as settings_mod
 
     parser = argparse.ArgumentParser(prog="python -m tests.interop.spark_iceberg", description=__doc__)
     what = parser.add_mutually_exclusive_group(required=True)

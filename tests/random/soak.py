@@ -80,7 +80,7 @@ def main() -> int:
     for name in ("AIRFLOW_CONN_WAREHOUSE", "AIRFLOW_CONN_KAFKA_DEFAULT"):
         os.environ.pop(name, None)
 
-    from eosflow import settings as settings_mod
+    from eosflow_dev.stack import settings as settings_mod
 
     print(
         f"soak: seed {chosen}, {target} steps for each of {', '.join(runners)}, stack under "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eosflow import settings as settings_mod
+from eosflow_dev.stack import settings as settings_mod
 
 
 def _log(msg: str) -> None:

@@ -162,7 +162,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_lazy_and_package_imports():
     graph = import_graph()
     assert "eosflow.observe.exporter" in graph["eosflow.cli.main"]  # a lazy import
-    assert "eosflow.settings" in graph["eosflow_dev.stack"]  # the dev tools are read too
+    assert "eosflow.settings" in graph["eosflow_dev.stack.settings"]  # the dev tools are read too
     assert "eosflow.runners.job" in graph["eosflow.runners.backfill_run"]  # `from pkg import module`
     assert "eosflow.pipelines" not in graph["eosflow.sinks.protocol"]  # it names what it reads of one
     assert "eosflow.pipelines" in graph["eosflow_airflow.dags"]  # the Airflow glue is read too

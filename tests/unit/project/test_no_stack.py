@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_test_that_starts_the_stack_fails_under_make_unit_and_says_to_mark_it(tmp_path) -> None:
     probe = tmp_path / "test_probe.py"
     probe.write_text(
-        "from eosflow import settings\nfrom eosflow_dev import stack\n\n"
+        "from eosflow_dev import stack\nfrom eosflow_dev.stack import settings\n\n"
         "def test_starts_the_stack():\n"
         "    s = settings.load()\n"
         "    assert (s.kafka_port, s.pg_port) == (1, 3)  # the closed ports\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eosflow import settings as settings_mod
 from eosflow_dev.runtime import jars
+from eosflow_dev.stack import settings as settings_mod
 from tests.interop import spark_iceberg
 from tests.interop.spark_iceberg import JARS, PYSPARK, RUNTIME_JAR, from_pyiceberg, jdbc_catalog, redact
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from eosflow import settings as settings_mod
-from eosflow.settings import Settings
 from eosflow_dev.bench.measure import emit_result
 from eosflow_dev.bench.targets import COLUMNS, qualified
 from eosflow_dev.runtime import jars, prereqs
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 _CHUNK = 1 << 20  # bytes handed to COPY at a time
 
@@ -34,7 +34,7 @@ class CeilingOutputError(RuntimeError):
     """ConsumerPerformance printed something the bench cannot read."""
 
 
-def consumer_performance_cmd(settings: Settings, topic: str, records: int, group: str) -> list[str]:
+def consumer_performance_cmd(settings: StackSettings, topic: str, records: int, group: str) -> list[str]:
     """Kafka 4.2's tool: `--num-records` (`--messages` is deprecated), client settings as properties."""
     return [
         prereqs.java(),

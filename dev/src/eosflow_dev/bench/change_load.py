@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from psycopg import sql
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 UPDATES, DELETES = 0.70, 0.10  # of all changes; the first K are inserts, re-inserts are the rest
@@ -202,7 +202,7 @@ def envelope(op: str, row: Row, lsn: int, previous_lsn: int, tx: int) -> bytes:
 
 
 def load_changes(
-    settings: Settings, topic: str, partitions: int, changes: int, keys: int, seed: int, log: Log
+    settings: StackSettings, topic: str, partitions: int, changes: int, keys: int, seed: int, log: Log
 ) -> ChangeWorkload:
     """Create `topic` and produce the changes (and tombstones) to it; returns what the source holds."""
     ensure_topic(settings.bootstrap_servers, topic, partitions, log=lambda msg: None)

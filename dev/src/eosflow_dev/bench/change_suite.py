@@ -25,10 +25,10 @@ from pathlib import Path
 import psycopg
 
 from eosflow import names
-from eosflow.settings import Settings
 from eosflow_dev.bench import change_load, eosflow_run
 from eosflow_dev.bench.measure import Measured, MeasurementFailed, run_measured, worker_result
 from eosflow_dev.bench.results import CHANGE_MEASUREMENTS, Result
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 SCHEMA = "bench"
@@ -83,7 +83,7 @@ class ChangeOutcome:
 
 @dataclass
 class _Context:
-    settings: Settings
+    settings: StackSettings
     cell: ChangeCell
     workload: change_load.ChangeWorkload
     work_dir: Path
@@ -185,7 +185,12 @@ STATE_TABLES = {"eosflow-changes": "state", "merge-loop": "merge"}
 
 
 def run_changes(
-    settings: Settings, cell: ChangeCell, only: Sequence[str], work_dir: Path, log: Log, keep: bool = False
+    settings: StackSettings,
+    cell: ChangeCell,
+    only: Sequence[str],
+    work_dir: Path,
+    log: Log,
+    keep: bool = False,
 ) -> ChangeOutcome:
     """Load the cell's topic, run each selected measurement on it, check every table written."""
     outcome = ChangeOutcome()

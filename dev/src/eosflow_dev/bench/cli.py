@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eosflow import settings as settings_mod
 from eosflow_dev.bench.results import CHANGE_MEASUREMENTS, MEASUREMENTS, OVERHEADS, Result
+from eosflow_dev.stack import settings as settings_mod
 
 if TYPE_CHECKING:
     from eosflow_dev.bench.report import RunInfo
@@ -148,7 +148,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = None) -> int:
+def execute(args: argparse.Namespace, settings: settings_mod.StackSettings | None = None) -> int:
     import psycopg
 
     from eosflow.errors import StackError
@@ -207,7 +207,7 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
 
 @dataclass(frozen=True)
 class _Run:
-    settings: settings_mod.Settings
+    settings: settings_mod.StackSettings
     run_id: str
     out_dir: Path
     default_out: Path

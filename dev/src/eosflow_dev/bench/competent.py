@@ -25,10 +25,10 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
-from eosflow import settings as settings_mod
 from eosflow_dev.bench.handwritten import IDLE_LIMIT_S, LoopStalled
 from eosflow_dev.bench.measure import emit_result
 from eosflow_dev.bench.targets import COLUMNS, qualified
+from eosflow_dev.stack import settings as settings_mod
 
 BATCH = 20_000  # records per Postgres transaction: large enough that the commit is not the cost
 MAX_VALUE_BYTES = 65_536

@@ -25,11 +25,11 @@ from pathlib import Path
 import psutil
 import psycopg
 
-from eosflow import settings as settings_mod
 from eosflow.runners import job
 from eosflow_dev.bench import eosflow_run, load, targets
 from eosflow_dev.bench.memory import MB, tree_rss
 from eosflow_dev.stack import optional
+from eosflow_dev.stack import settings as settings_mod
 from eosflow_dev.stack.spark_connect import SparkConnectService
 
 
@@ -41,7 +41,7 @@ class Sample:
     jvm_mib: float
 
 
-def measure(settings: settings_mod.Settings, runs: int, records: int, log=print) -> list[Sample]:
+def measure(settings: settings_mod.StackSettings, runs: int, records: int, log=print) -> list[Sample]:
     url = optional.spark_connect(settings, log=log)
     server = SparkConnectService(settings).pid()
     if server is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from eosflow import pipelines
-from eosflow import settings as settings_mod
+from eosflow_dev.stack import settings as settings_mod
 
 OUTCOME_OK = ("COMMITTED", "ALREADY COMMITTED")
 ORDERS = "orders"  # the declaration every measurement but the change-stream bench's reads

@@ -20,9 +20,9 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError
 from psycopg import sql
 
-from eosflow import settings as settings_mod
 from eosflow_dev.bench.measure import emit_result
 from eosflow_dev.bench.targets import COLUMNS, qualified
+from eosflow_dev.stack import settings as settings_mod
 
 BATCH = 1000  # records per poll, per INSERT batch, per commit: a common choice
 IDLE_LIMIT_S = 60.0  # no record for this long before the end: something is wrong

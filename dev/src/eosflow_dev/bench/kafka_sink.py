@@ -17,11 +17,11 @@ from pathlib import Path
 import yaml
 
 from eosflow import names, pipelines
-from eosflow import settings as settings_mod
-from eosflow.settings import Settings
 from eosflow_dev.bench import ceilings, eosflow_run, load
 from eosflow_dev.bench.measure import MeasurementFailed, run_measured
 from eosflow_dev.runtime import jars, prereqs
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 _SENT = re.compile(r"(?P<n>\d+) records sent, (?P<rate>[\d.]+) records/sec")
@@ -40,7 +40,9 @@ class Timed:
         return self.records / self.seconds if self.seconds else 0.0
 
 
-def producer_performance_cmd(settings: Settings, topic: str, records: int, record_size: int) -> list[str]:
+def producer_performance_cmd(
+    settings: StackSettings, topic: str, records: int, record_size: int
+) -> list[str]:
     return [
         prereqs.java(),
         "-Xmx512M",
@@ -67,7 +69,7 @@ def producer_performance_cmd(settings: Settings, topic: str, records: int, recor
 
 
 def run(
-    settings: Settings, run_id: str, partitions: int, records: int, seed: int, work: Path, log: Log
+    settings: StackSettings, run_id: str, partitions: int, records: int, seed: int, work: Path, log: Log
 ) -> list[Timed]:
     topic = f"bench.{run_id}_k2k_p{partitions}_n{records}"
     workload = load.load_topic(settings, topic, partitions, records, seed, None, log)

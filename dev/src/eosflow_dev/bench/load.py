@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
 from eosflow_dev.bench.targets import COLUMNS
 from eosflow_dev.produce import events
 from eosflow_dev.produce.manifest import Manifest
 from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 TXN_SIZE = 1000  # records per producer transaction
@@ -48,7 +48,7 @@ class Workload:
 
 
 def load_topic(
-    settings: Settings,
+    settings: StackSettings,
     topic: str,
     partitions: int,
     records: int,

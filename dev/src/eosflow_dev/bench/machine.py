@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psycopg
 
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars
+from eosflow_dev.stack.settings import StackSettings
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def load_average() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
-def describe(settings: Settings) -> Machine:
+def describe(settings: StackSettings) -> Machine:
     return Machine(
         cpu=_cpu_model(),
         cores=os.cpu_count() or 0,
@@ -84,12 +84,12 @@ def _java_version() -> str:
     return match.group(1) if match else "unknown"
 
 
-def _kafka_version(settings: Settings) -> str:
+def _kafka_version(settings: StackSettings) -> str:
     found = sorted(jars.folder(settings, "kafka").glob("kafka-clients-*.jar"))
     return found[0].stem.removeprefix("kafka-clients-") if found else "unknown"
 
 
-def _postgres_version(settings: Settings) -> str:
+def _postgres_version(settings: StackSettings) -> str:
     try:
         with psycopg.connect(settings.warehouse_dsn, connect_timeout=10) as conn:
             return str(conn.execute("show server_version").fetchone()[0]).split()[0]

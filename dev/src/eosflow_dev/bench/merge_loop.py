@@ -27,8 +27,8 @@ import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
-from eosflow import settings as settings_mod
 from eosflow_dev.bench.measure import emit_result
+from eosflow_dev.stack import settings as settings_mod
 
 # Records per Postgres transaction: 20k, 50k and 100k took 18.8, 18.8 and 16.5 s over the same 1M changes
 # (one try each, a busy machine): about the same; 50k keeps each transaction's reduce small.

@@ -18,16 +18,16 @@ import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
 from eosflow import pipelines
-from eosflow import settings as settings_mod
 from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
-from eosflow.settings import Settings
 from eosflow.transform import BatchCheck, transform
 from eosflow_dev.bench.measure import emit_result
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 _COUNTS = pa.schema([("n", pa.int64()), ("valid", pa.int64())])
 
 
-def whole_topic(settings: Settings, pipeline: str, topic: str, partitions: int) -> Plan:
+def whole_topic(settings: StackSettings, pipeline: str, topic: str, partitions: int) -> Plan:
     """Every partition from its first offset to its end: the plan a first run of a new pipeline makes."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "eosflow.bench.floor"})
     try:
@@ -56,7 +56,7 @@ def counted(check: BatchCheck):
     return run
 
 
-def run(settings: Settings, pipeline_name: str, topic: str, partitions: int) -> dict[str, float]:
+def run(settings: StackSettings, pipeline_name: str, topic: str, partitions: int) -> dict[str, float]:
     from eosflow.sources.kafka.read import PlannedRead
     from eosflow.spark.session import get_spark
 

@@ -32,9 +32,9 @@ import psycopg
 import yaml
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
 from eosflow_dev.bench.memory import MB
 from eosflow_dev.produce import events
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 _BATCH = re.compile(r"batch (\d+): committed, ([\d,]+) records in ([\d.]+)s")
@@ -115,7 +115,7 @@ class StreamBenchResult:
 
 
 def run(
-    settings: Settings,
+    settings: StackSettings,
     run_id: str,
     rate: int,
     seconds: float,
@@ -189,7 +189,9 @@ def _wait_for(ready: Callable[[], bool], proc: subprocess.Popen, timeout: float,
         time.sleep(0.5)
 
 
-def _produce_paced(settings: Settings, topic: str, rate: int, seconds: float, log: Log) -> tuple[int, float]:
+def _produce_paced(
+    settings: StackSettings, topic: str, rate: int, seconds: float, log: Log
+) -> tuple[int, float]:
     """`rate` events per second for `seconds`, in 10 ms ticks; the CreateTime is the send time."""
     from confluent_kafka import Producer
 
@@ -219,12 +221,12 @@ def _produce_paced(settings: Settings, topic: str, rate: int, seconds: float, lo
     return sent, sent / elapsed
 
 
-def _count(settings: Settings, table: str) -> int:
+def _count(settings: StackSettings, table: str) -> int:
     with psycopg.connect(settings.warehouse_dsn) as conn:
         return conn.execute(f"select count(*) from {table}").fetchone()[0]
 
 
-def _counts(settings: Settings, table: str) -> tuple[int, int]:
+def _counts(settings: StackSettings, table: str) -> tuple[int, int]:
     with psycopg.connect(settings.warehouse_dsn) as conn:
         return conn.execute(f"select count(*), count(distinct event_id) from {table}").fetchone()
 
@@ -234,7 +236,7 @@ _LATENCY = (
 )
 
 
-def _latency(settings: Settings, table: str) -> tuple[float, float, float]:
+def _latency(settings: StackSettings, table: str) -> tuple[float, float, float]:
     query = (
         f"select percentile_cont(array[0.5, 0.95, 0.99]) within group (order by {_LATENCY}) "
         f"from {table} t join eosflow.plans p using (batch_id)"
@@ -243,7 +245,7 @@ def _latency(settings: Settings, table: str) -> tuple[float, float, float]:
         return tuple(conn.execute(query).fetchone()[0])
 
 
-def _per_minute(settings: Settings, table: str) -> list[tuple[int, int, float, float, float]]:
+def _per_minute(settings: StackSettings, table: str) -> list[tuple[int, int, float, float, float]]:
     query = (
         "with r as (select t.kafka_timestamp, " + _LATENCY + " as latency "
         f"from {table} t join eosflow.plans p using (batch_id)), "

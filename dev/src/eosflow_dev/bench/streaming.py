@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from eosflow import settings as settings_mod
-from eosflow.settings import Settings
 from eosflow_dev.bench.measure import emit_result
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 # The event's JSON as a Spark schema (eosflow_dev.produce.events documents the fields).
 EVENT_SCHEMA = (
@@ -29,7 +29,7 @@ EVENT_SCHEMA = (
 )
 
 
-def jdbc_url(settings: Settings) -> str:
+def jdbc_url(settings: StackSettings) -> str:
     # The flags eosflow's stage step uses: batched multi-row inserts, text cast to uuid/jsonb by Postgres.
     return (
         f"jdbc:postgresql://{settings.pg_host}:{settings.pg_port}/{settings.pg_database}"
@@ -37,7 +37,7 @@ def jdbc_url(settings: Settings) -> str:
     )
 
 
-def run(settings: Settings, topic: str, table: str, checkpoint: Path) -> dict[str, float]:
+def run(settings: StackSettings, topic: str, table: str, checkpoint: Path) -> dict[str, float]:
     from eosflow.spark.session import get_spark
 
     started = time.monotonic()

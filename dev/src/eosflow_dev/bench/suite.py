@@ -20,10 +20,10 @@ import psycopg
 from eosflow import names
 from eosflow.kafka_admin import admin
 from eosflow.ledger.migrate import migrate
-from eosflow.settings import Settings
 from eosflow_dev.bench import ceilings, eosflow_run, load, targets
 from eosflow_dev.bench.measure import Measured, MeasurementFailed, run_measured, worker_result
 from eosflow_dev.bench.results import MEASUREMENTS, OVERHEADS, WRITERS, Result
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 
@@ -56,7 +56,7 @@ class CellOutcome:
 
 @dataclass
 class _Context:
-    settings: Settings
+    settings: StackSettings
     cell: Cell
     workload: load.Workload
     work_dir: Path
@@ -338,7 +338,7 @@ assert tuple(RUNNERS) == tuple(MEASUREMENTS)
 
 
 def run_cell(
-    settings: Settings,
+    settings: StackSettings,
     cell: Cell,
     only: Sequence[str],
     work_dir: Path,

@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 
 from eosflow import pipelines
-from eosflow import settings as settings_mod
 from eosflow.schema import ddl
 from eosflow.schema.declaration import parse_schema
-from eosflow.settings import Settings
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 SCHEMA = "bench"
 
@@ -69,7 +69,7 @@ def ensure_schema(conn: psycopg.Connection) -> None:
     conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(SCHEMA)))
 
 
-def create_like_orders(conn: psycopg.Connection, table: str, settings: Settings | None = None) -> None:
+def create_like_orders(conn: psycopg.Connection, table: str, settings: StackSettings | None = None) -> None:
     """A fresh, empty table shaped like eosflow's orders target, primary key included (not partitioned)."""
     s = settings or settings_mod.load()
     schema = parse_schema(pipelines.declaration(s.root / "pipelines.yml", "orders"), "orders")

@@ -28,13 +28,13 @@ from eosflow.ledger import store
 from eosflow.ledger.positions import PartitionCounts
 from eosflow.publish.declaration import load_publisher
 from eosflow.runners.summary import RunSummary
-from eosflow.settings import Settings
 from eosflow.verify import verify_pipeline
 from eosflow_dev import stack
 from eosflow_dev.demo import replication
 from eosflow_dev.demo.dag_runs import DagRuns
 from eosflow_dev.produce import events
 from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.stack.settings import StackSettings
 
 PIPELINE = "orders"
 DAG_ID = f"eosflow_ingest_{PIPELINE}"
@@ -44,7 +44,7 @@ COUNT = 20_000
 MALFORMED = [b"not json at all", b'{"event_id": "missing everything else"}', None]
 
 
-def run(settings: Settings, log=print, round_trip_too: bool = True, replication_too: bool = True) -> int:
+def run(settings: StackSettings, log=print, round_trip_too: bool = True, replication_too: bool = True) -> int:
     stack.up(settings, log=log)
     run_dag = DagRuns(settings, log)
     run_dag.start()  # Airflow's database migrated meanwhile: on a fresh clone, the whole database is made
@@ -60,7 +60,7 @@ def run(settings: Settings, log=print, round_trip_too: bool = True, replication_
 
 
 def _run(
-    settings: Settings,
+    settings: StackSettings,
     log,
     run_dag: DagRuns,
     round_trip_too: bool,
@@ -113,7 +113,7 @@ def _run(
     return 0 if replicated else 1
 
 
-def _round_trip(settings: Settings, run_dag: DagRuns, log, steps: int) -> int:
+def _round_trip(settings: StackSettings, run_dag: DagRuns, log, steps: int) -> int:
     publisher, pipeline = load_publisher(settings, PUBLISHER), pipelines.load(settings, ROUND_TRIP)
     publish_dag, ingest_dag = f"eosflow_publish_{PUBLISHER}", f"eosflow_ingest_{ROUND_TRIP}"
     log(
@@ -135,7 +135,7 @@ def _round_trip(settings: Settings, run_dag: DagRuns, log, steps: int) -> int:
     return 0 if result.ok else 1
 
 
-def _show_run(settings: Settings, pipeline: str, run_id: str, log) -> bool:
+def _show_run(settings: StackSettings, pipeline: str, run_id: str, log) -> bool:
     """Print the run's summary from the warehouse, as `eosflow ingest` prints it."""
     batch = f"{pipeline}:{run_id}"
     with psycopg.connect(settings.warehouse_dsn) as conn:
@@ -150,7 +150,7 @@ def _show_run(settings: Settings, pipeline: str, run_id: str, log) -> bool:
     return True
 
 
-def _produce_malformed(settings: Settings, topic: str) -> None:
+def _produce_malformed(settings: StackSettings, topic: str) -> None:
     producer = Producer({**settings.kafka, "enable.idempotence": True})
     for value in MALFORMED:
         producer.produce(topic, value=value, key=b"demo-malformed")

@@ -15,14 +15,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from eosflow.settings import Settings
 from eosflow_dev.stack import airflow_local
+from eosflow_dev.stack.settings import StackSettings
 
 FINISHED = re.compile(r"DagRun Finished: dag_id=\S+, .*?run_id=([^,\s]+),.*?state=(\w+)")
 
 
 class DagRuns:
-    def __init__(self, settings: Settings, log: Callable[[str], None]) -> None:
+    def __init__(self, settings: StackSettings, log: Callable[[str], None]) -> None:
         self.settings = settings
         self.log = log
         self._worker: subprocess.Popen | None = None

@@ -31,9 +31,9 @@ from psycopg.types.json import Jsonb
 
 from eosflow import pipelines
 from eosflow.runners import job
-from eosflow.settings import Settings
 from eosflow.verify import verify_pipeline
 from eosflow_dev.stack import connect, optional
+from eosflow_dev.stack.settings import StackSettings
 
 PIPELINE = "customers"  # declared in pipelines.yml
 CONNECTOR = "eosflow-demo"
@@ -56,7 +56,7 @@ class Prepared(NamedTuple):
     seconds: float
 
 
-def prepare(settings: Settings) -> Prepared:
+def prepare(settings: StackSettings) -> Prepared:
     """Kafka Connect started, the source table made, the connector registered and running: the part of
     the step that does not depend on what came before, so the demo runs it while the orders flow."""
     started = time.monotonic()
@@ -68,7 +68,7 @@ def prepare(settings: Settings) -> Prepared:
 
 
 def run(
-    settings: Settings, step: str, prepared: Prepared, run_dag: Callable[[str], str | None], log: Log
+    settings: StackSettings, step: str, prepared: Prepared, run_dag: Callable[[str], str | None], log: Log
 ) -> bool:
     """Replicate public.customers while the DAG runs; True when the replica equals the source."""
     pipeline = pipelines.load(settings, PIPELINE)
@@ -207,7 +207,7 @@ class SourceWriter:
         return key
 
 
-def _wait_for_mark(settings: Settings, topic: str, key: int) -> int:
+def _wait_for_mark(settings: StackSettings, topic: str, key: int) -> int:
     """Read the topic (read_committed, from its start) until the create of `key`; the records read.
 
     Debezium writes the table's changes to one partition in commit order, so every committed change
@@ -246,7 +246,7 @@ def _created_key(value: bytes) -> int | None:
     return after.get("id") if change.get("op") == "c" else None
 
 
-def _verdict(settings: Settings, source_conninfo: str, pipeline: pipelines.Pipeline) -> bool:
+def _verdict(settings: StackSettings, source_conninfo: str, pipeline: pipelines.Pipeline) -> bool:
     state_table = pipeline.sink.state_table
 
     def rows(conn: psycopg.Connection, table: str) -> dict[int, tuple]:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process
 from eosflow_dev.stack.kafka import LOG4J2, format_command, new_cluster_id, quiet_logger
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 150.0  # three JVMs booting at once on two cores
 STOP_TIMEOUT_S = 30.0
@@ -49,7 +49,12 @@ class KraftCluster:
     """n combined broker+controller nodes sharing one cluster id, under one home directory."""
 
     def __init__(
-        self, home: Path, settings: Settings, host: str = "127.0.0.1", base_port: int = 19300, nodes: int = 3
+        self,
+        home: Path,
+        settings: StackSettings,
+        host: str = "127.0.0.1",
+        base_port: int = 19300,
+        nodes: int = 3,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not {nodes}")

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 from eosflow.errors import StackError
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
 from eosflow_dev.lab.proxy import Toxiproxy
 from eosflow_dev.produce.events import Event, generate
 from eosflow_dev.produce.manifest import Manifest
 from eosflow_dev.produce.producer import Delivery, EventProducer
 from eosflow_dev.produce.readback import read_topic
+from eosflow_dev.stack.settings import StackSettings
 
 PROXY_NAME = "kafka"
 TOXIC_NAME = "drop_responses"
@@ -197,7 +197,7 @@ def _client_logger(topic: str, handler: logging.Handler) -> logging.Logger:
 
 
 def run_producer_retries(
-    settings: Settings,
+    settings: StackSettings,
     proxy: Toxiproxy,
     topic: str,
     idempotent: bool,

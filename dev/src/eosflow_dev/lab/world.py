@@ -19,14 +19,14 @@ import psycopg
 import yaml
 
 from eosflow import names, pipelines
-from eosflow import settings as settings_mod
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
 from eosflow_dev.lab import changes
 from eosflow_dev.lab.outcome import Tally, tally
 from eosflow_dev.produce import events
 from eosflow_dev.produce.manifest import Manifest
 from eosflow_dev.produce.producer import Delivery, EventProducer, produce_stream
+from eosflow_dev.stack import settings as settings_mod
+from eosflow_dev.stack.settings import StackSettings
 
 Log = Callable[[str], None]
 
@@ -76,8 +76,8 @@ MODE_TAGS = {
 }
 
 
-def lab_settings(state_dir: Path | None = None) -> Settings:
-    """Settings of the lab stack; the environment is set too, so every child process agrees."""
+def lab_settings(state_dir: Path | None = None) -> StackSettings:
+    """StackSettings of the lab stack; the environment is set too, so every child process agrees."""
     base = settings_mod.load()
     os.environ.update(LAB_ENV)
     # Connections inherited from a developer's shell (or the test suite) point at the dev stack;
@@ -131,7 +131,9 @@ class JobResult:
 
 
 class Lab:
-    def __init__(self, settings: Settings, home: Path, seed: int, records: int, log: Log = print) -> None:
+    def __init__(
+        self, settings: StackSettings, home: Path, seed: int, records: int, log: Log = print
+    ) -> None:
         self.settings = settings
         self.home = home
         self.seed = seed
@@ -295,7 +297,7 @@ class Lab:
         return "fail: " + ", ".join(names) if names else f"error (dbt exit {result.returncode})"
 
 
-def iceberg_event_ids(settings: Settings, table: str) -> list[str]:
+def iceberg_event_ids(settings: StackSettings, table: str) -> list[str]:
     """The event_id of every row of the Iceberg table's current snapshot, by a PyIceberg scan."""
     from pyiceberg.exceptions import NoSuchTableError
 

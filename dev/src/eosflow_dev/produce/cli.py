@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from eosflow.kafka_admin import ensure_topic
-from eosflow.settings import Settings
 from eosflow_dev.produce import events
 from eosflow_dev.produce.manifest import Manifest
 from eosflow_dev.produce.producer import (
@@ -18,6 +17,7 @@ from eosflow_dev.produce.producer import (
     ProducerFenced,
     produce_stream,
 )
+from eosflow_dev.stack.settings import StackSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, settings: Settings, log=print) -> int:
+def run(args: argparse.Namespace, settings: StackSettings, log=print) -> int:
     extra = {}
     for item in args.extra:
         key, sep, value = item.partition("=")

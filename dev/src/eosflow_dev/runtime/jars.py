@@ -18,9 +18,9 @@ import subprocess
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow.spark import jars as spark_jars
 from eosflow_dev.runtime import prereqs
+from eosflow_dev.stack.settings import StackSettings
 
 CLASSPATHS = ("kafka", "spark", "registry")
 # What mvn does with each POM: copy the runtime jars, or (the schema registry, a ready-built app
@@ -37,15 +37,15 @@ LOCK = "infra/jars.sha256"
 UPDATE_LOCK = "eosflow stack fetch --update-lock"
 
 
-def _pom(settings: Settings, name: str) -> Path:
+def _pom(settings: StackSettings, name: str) -> Path:
     return settings.root / "infra" / "maven" / name / "pom.xml"
 
 
-def _lock(settings: Settings) -> Path:
+def _lock(settings: StackSettings) -> Path:
     return settings.root / LOCK
 
 
-def _fingerprint(settings: Settings, name: str) -> str:
+def _fingerprint(settings: StackSettings, name: str) -> str:
     """The POM and this set's lines of the lock: a change to either fetches the set again."""
     digest = hashlib.sha256(_pom(settings, name).read_bytes())
     for path, sha in sorted(locked(settings, name).items()):
@@ -53,11 +53,11 @@ def _fingerprint(settings: Settings, name: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def folder(settings: Settings, name: str) -> Path:
+def folder(settings: StackSettings, name: str) -> Path:
     return settings.jars_dir / name
 
 
-def locked(settings: Settings, name: str) -> dict[str, str]:
+def locked(settings: StackSettings, name: str) -> dict[str, str]:
     """The lock's jars of one set: path under the set's folder -> SHA-256. Spark's set is locked in the
     package (eosflow/spark/jars.lock: an installed eosflow fetches and checks it too), the others here."""
     if name == "spark":
@@ -73,7 +73,7 @@ def locked(settings: Settings, name: str) -> dict[str, str]:
     return found
 
 
-def hashed(settings: Settings, name: str) -> dict[str, str]:
+def hashed(settings: StackSettings, name: str) -> dict[str, str]:
     """The jars in one set's folder (and its subfolders): path under the folder -> SHA-256."""
     target = folder(settings, name)
     return {jar.relative_to(target).as_posix(): _sha256(jar) for jar in sorted(target.rglob("*.jar"))}
@@ -87,7 +87,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(settings: Settings, name: str) -> None:
+def verify(settings: StackSettings, name: str) -> None:
     """Refuse the set unless its folder holds exactly the lock's jars, each with the lock's SHA-256."""
     if not _lock(settings).exists():
         raise StackError(
@@ -108,16 +108,16 @@ def verify(settings: Settings, name: str) -> None:
         )
 
 
-def is_fetched(settings: Settings, name: str) -> bool:
+def is_fetched(settings: StackSettings, name: str) -> bool:
     marker = folder(settings, name) / ".fetched"
     return marker.exists() and marker.read_text().strip() == _fingerprint(settings, name)
 
 
-def mark_fetched(settings: Settings, name: str) -> None:
+def mark_fetched(settings: StackSettings, name: str) -> None:
     (folder(settings, name) / ".fetched").write_text(_fingerprint(settings, name) + "\n")
 
 
-def mvn_command(settings: Settings, name: str, mvn: str, target: Path) -> list[str]:
+def mvn_command(settings: StackSettings, name: str, mvn: str, target: Path) -> list[str]:
     """mvn for one POM, with --strict-checksums: a download whose checksum does not match fails."""
     goals = _GOALS.get(name, _COPY)
     return [
@@ -132,7 +132,7 @@ def mvn_command(settings: Settings, name: str, mvn: str, target: Path) -> list[s
     ]
 
 
-def fetch(settings: Settings, name: str, log=print, update_lock: bool = False) -> Path:
+def fetch(settings: StackSettings, name: str, log=print, update_lock: bool = False) -> Path:
     """Copy the POM's runtime dependencies into the cache and check them against the lock; when the
     POM and the lock have not changed, only the check. `update_lock`: fetch afresh, record what came."""
     target = folder(settings, name)
@@ -165,7 +165,7 @@ def fetch(settings: Settings, name: str, log=print, update_lock: bool = False) -
     return target
 
 
-def _resolved(settings: Settings, mvn: str, target: Path) -> list[spark_jars.LockedJar]:
+def _resolved(settings: StackSettings, mvn: str, target: Path) -> list[spark_jars.LockedJar]:
     """The jars mvn just copied into `target`, with the coordinates `mvn dependency:list` names them by."""
     listing = target / ".dependencies.txt"
     cmd = [mvn, "-B", "-q", "-f", str(_pom(settings, "spark")), "dependency:list", "-DincludeScope=runtime",
@@ -186,7 +186,7 @@ def _resolved(settings: Settings, mvn: str, target: Path) -> list[spark_jars.Loc
     return found
 
 
-def write_lock(settings: Settings, name: str) -> None:
+def write_lock(settings: StackSettings, name: str) -> None:
     """Replace one set's lines of the lock with the jars now in its folder; other sets' lines stay."""
     lock = _lock(settings)
     lines = lock.read_text().splitlines() if lock.exists() else []
@@ -204,6 +204,6 @@ _LOCK_HEAD = (
 )
 
 
-def classpath(settings: Settings, name: str) -> str:
+def classpath(settings: StackSettings, name: str) -> str:
     """A java -cp value for one of the cached classpaths."""
     return str(folder(settings, name) / "*")

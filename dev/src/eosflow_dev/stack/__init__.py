@@ -13,24 +13,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars
 from eosflow_dev.stack import optional, process
 from eosflow_dev.stack.kafka import KafkaService
 from eosflow_dev.stack.postgres import PostgresService
 from eosflow_dev.stack.registry import RegistryService
+from eosflow_dev.stack.settings import StackSettings
 
 __all__ = ["StackError", "services", "up", "down", "status", "reset", "fetch", "ServiceStatus"]
 
 
-def services(settings: Settings) -> list[KafkaService | PostgresService | RegistryService]:
+def services(settings: StackSettings) -> list[KafkaService | PostgresService | RegistryService]:
     todo = [KafkaService(settings), PostgresService(settings)]
     # The schema registry, for Avro pipelines; EOSFLOW_REGISTRY_PORT=0 leaves it out (the lab's stacks).
     return todo + [RegistryService(settings)] if settings.registry_port else todo
 
 
 def fetch(
-    settings: Settings,
+    settings: StackSettings,
     log=print,
     update_lock: bool = False,
     with_: Iterable[str] = (),
@@ -49,7 +49,7 @@ def fetch(
         cds.record(settings, log=log)
 
 
-def up(settings: Settings, log=print, with_: Iterable[str] = ()) -> None:
+def up(settings: StackSettings, log=print, with_: Iterable[str] = ()) -> None:
     """Start the stack, and the optional servers named in `with_` or EOSFLOW_STACK_WITH."""
     extra = [optional.service(settings, name) for name in optional.requested(with_)]
     todo = [*services(settings), *extra]
@@ -64,13 +64,13 @@ def up(settings: Settings, log=print, with_: Iterable[str] = ()) -> None:
         svc.start(log=log)
 
 
-def down(settings: Settings, log=print) -> None:
+def down(settings: StackSettings, log=print) -> None:
     """Stop the stack, and every optional server that runs, asked for or not."""
     for svc in reversed([*services(settings), *optional.services(settings)]):
         svc.stop(log=log)
 
 
-def reset(settings: Settings, log=print) -> None:
+def reset(settings: StackSettings, log=print) -> None:
     """Stop, then wipe Kafka's log and the warehouse (and the optional servers' catalog and buckets; the
     S3 credentials stay); the jar cache stays."""
     down(settings, log=log)
@@ -102,7 +102,7 @@ class ServiceStatus:
         return "healthy" if self.healthy else "running, not answering"
 
 
-def status(settings: Settings) -> list[ServiceStatus]:
+def status(settings: StackSettings) -> list[ServiceStatus]:
     out = []
     for svc in services(settings):
         pid = svc.pid()

@@ -17,17 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-from eosflow.settings import Settings
 from eosflow_dev.stack import secret_files
+from eosflow_dev.stack.settings import StackSettings
 
 ADMIN_USER = "admin"
 
 
-def passwords_file(settings: Settings) -> Path:
+def passwords_file(settings: StackSettings) -> Path:
     return settings.airflow_home / "passwords.json"
 
 
-def admin_password(settings: Settings) -> str:
+def admin_password(settings: StackSettings) -> str:
     """The admin password, generated once per AIRFLOW_HOME and kept in passwords.json."""
     path = passwords_file(settings)
     if path.exists():
@@ -38,7 +38,7 @@ def admin_password(settings: Settings) -> str:
     return password
 
 
-def connections(settings: Settings) -> dict[str, str]:
+def connections(settings: StackSettings) -> dict[str, str]:
     """AIRFLOW_CONN_* values; an operator's own AIRFLOW_CONN_* in the environment wins."""
     conns = {
         # Without this the Spark provider silently falls back to YARN. With EOSFLOW_SPARK_REMOTE (the CLI's
@@ -88,7 +88,7 @@ DAGS_FOLDER_BUNDLE = {
 BUNDLES = [DAGS_FOLDER_BUNDLE, EOSFLOW_BUNDLE]
 
 
-def airflow_env(settings: Settings) -> dict[str, str]:
+def airflow_env(settings: StackSettings) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     env = dict(os.environ)
     env.update(
@@ -121,7 +121,7 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def announce(settings: Settings, log=print) -> None:
+def announce(settings: StackSettings, log=print) -> None:
     """Where the UI is and how to log in: the file that holds the password, never the password, which
     a terminal's scrollback or a captured log would keep."""
     admin_password(settings)  # made now if this AIRFLOW_HOME has none
@@ -132,7 +132,7 @@ def announce(settings: Settings, log=print) -> None:
 
 
 def start(
-    settings: Settings, log=print, extra_env: dict[str, str] | None = None, **popen_kwargs
+    settings: StackSettings, log=print, extra_env: dict[str, str] | None = None, **popen_kwargs
 ) -> subprocess.Popen:
     """Start `airflow standalone` in its own process group and return at once."""
     announce(settings, log)
@@ -213,7 +213,7 @@ def stop_group(proc: subprocess.Popen, timeout: float | None = None, log=print) 
     proc.wait()
 
 
-def serve(settings: Settings, log=print) -> int:
+def serve(settings: StackSettings, log=print) -> int:
     """Run in the foreground until Airflow exits, Ctrl-C, SIGTERM or SIGHUP.
 
     `airflow standalone` runs in a session of its own (a Ctrl-C in the terminal reaches only us, and

@@ -3,7 +3,7 @@
 
 One distributed worker (org.apache.kafka.connect.cli.ConnectDistributed), Kafka's own connect-* jars at
 the broker's version with Debezium 3.6.1's plugin archive on its plugin.path, in a class loader of its
-own (infra/maven/connect/pom.xml). Against the stack's broker (Settings.bootstrap_servers; the librdkafka
+own (infra/maven/connect/pom.xml). Against the stack's broker (StackSettings.bootstrap_servers; the librdkafka
 settings of EOSFLOW_KAFKA_CONFIG are not passed on, so a secured Kafka is not supported), REST on
 http://127.0.0.1:18083 (EOSFLOW_CONNECT_PORT), group EOSFLOW_CONNECT_GROUP (default eosflow-connect),
 whose name prefixes its internal topics (-configs, -offsets, -status; one replica). Exactly-once source
@@ -56,11 +56,11 @@ from pathlib import Path
 from typing import Any
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars
 from eosflow_dev.stack import process
 from eosflow_dev.stack.jvm_service import JvmService
 from eosflow_dev.stack.secret_files import write_secret
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 120.0
 MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
@@ -97,7 +97,7 @@ class ConnectService(JvmService):
     start_timeout_s = START_TIMEOUT_S
     poll_s = 0.5
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         super().__init__(settings)
         self.config = self.home / "worker.properties"
         self.log4j = self.home / "log4j2.properties"
@@ -205,7 +205,7 @@ topic.creation.enable=true
 
 
 # -- the source database ---------------------------------------------------------------------------------
-def source_password(settings: Settings) -> str:
+def source_password(settings: StackSettings) -> str:
     """The source role's password, made on first use into a 0600 file, refused if others can read it."""
     svc = ConnectService(settings)
     path = svc.password_file
@@ -226,7 +226,7 @@ def source_password(settings: Settings) -> str:
     raise StackError(f"{path} has no password= line; remove it and start connect again (a new one is made)")
 
 
-def source_conninfo(settings: Settings) -> str:
+def source_conninfo(settings: StackSettings) -> str:
     """A libpq conninfo for the source database as its owner (the password in it: do not log it)."""
     from psycopg.conninfo import make_conninfo
 
@@ -239,7 +239,7 @@ def source_conninfo(settings: Settings) -> str:
     )
 
 
-def _admin_conninfo(settings: Settings, dbname: str = "postgres") -> str:
+def _admin_conninfo(settings: StackSettings, dbname: str = "postgres") -> str:
     from psycopg.conninfo import make_conninfo
 
     from eosflow_dev.stack.postgres import SUPERUSER, PostgresService
@@ -257,7 +257,7 @@ def _admin_conninfo(settings: Settings, dbname: str = "postgres") -> str:
     )
 
 
-def provision_source(settings: Settings) -> None:
+def provision_source(settings: StackSettings) -> None:
     """Check that Postgres decodes logically, and make the source role and database; idempotent."""
     import psycopg
     from psycopg import sql
@@ -304,7 +304,7 @@ def slot_name(name: str) -> str:
 
 
 def postgres_source_config(
-    settings: Settings,
+    settings: StackSettings,
     tables: list[str],
     topic_prefix: str,
     *,
@@ -356,7 +356,7 @@ def postgres_source_config(
 
 
 def register_postgres_source(
-    settings: Settings,
+    settings: StackSettings,
     name: str,
     tables: list[str],
     topic_prefix: str,
@@ -384,7 +384,7 @@ def register_postgres_source(
         )
 
 
-def status(settings: Settings, name: str) -> dict[str, Any]:
+def status(settings: StackSettings, name: str) -> dict[str, Any]:
     """Connect's GET /connectors/<name>/status: the connector's and each task's state (and trace)."""
     code, answer = _call(ConnectService(settings).endpoint(), "GET", f"/connectors/{_quote(name)}/status")
     if code != 200:
@@ -392,7 +392,7 @@ def status(settings: Settings, name: str) -> dict[str, Any]:
     return answer
 
 
-def wait_running(settings: Settings, name: str, timeout: float = 60.0) -> dict[str, Any]:
+def wait_running(settings: StackSettings, name: str, timeout: float = 60.0) -> dict[str, Any]:
     """Wait until the connector and all its tasks run; a failed one is an error with Connect's trace."""
     deadline = time.monotonic() + timeout
     last: dict[str, Any] = {}
@@ -421,7 +421,7 @@ def _reason(trace: str) -> str:
     return "\n".join(line for line in lines if line and not line.startswith(("at ", "...")))
 
 
-def delete(settings: Settings, name: str, timeout: float = 60.0) -> None:
+def delete(settings: StackSettings, name: str, timeout: float = 60.0) -> None:
     """Stop connector `name`, reset its offsets, delete it, and drop its replication slot and
     publication: registering the name again starts with a new snapshot. Idempotent."""
     endpoint = ConnectService(settings).endpoint()
@@ -454,7 +454,7 @@ def delete(settings: Settings, name: str, timeout: float = 60.0) -> None:
     _drop_slot(settings, slot_name(name), timeout)
 
 
-def _drop_slot(settings: Settings, slot: str, timeout: float) -> None:
+def _drop_slot(settings: StackSettings, slot: str, timeout: float) -> None:
     """The connector's slot (once no task holds it: an active slot cannot be dropped) and publication."""
     import psycopg
     from psycopg import sql

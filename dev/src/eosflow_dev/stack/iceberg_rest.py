@@ -27,8 +27,8 @@ import urllib.error
 import urllib.request
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.stack.jvm_service import JvmService
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 60.0
 MAIN = "org.apache.iceberg.rest.RESTCatalogServer"
@@ -42,7 +42,7 @@ class IcebergRestService(JvmService):
     heap = "256m"
     start_timeout_s = START_TIMEOUT_S
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         super().__init__(settings)
         self.catalog_db = self.home / "catalog.db"
         self.warehouse_dir = self.home / "warehouse"

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process, start_lock
+from eosflow_dev.stack.settings import StackSettings
 
 
 class JvmService:
@@ -26,7 +26,7 @@ class JvmService:
     start_timeout_s: ClassVar[float] = 60.0
     poll_s: ClassVar[float] = 0.25
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         self.s = settings
         self.home: Path = settings.state_dir / self.name
         self.log_path: Path = self.home / f"{self.name}.log"

@@ -10,9 +10,9 @@ import uuid
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process, secret_files
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 90.0
 
@@ -47,7 +47,7 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def format_command(settings: Settings, log4j: Path, config: Path, cluster_id: str) -> list[str]:
+def format_command(settings: StackSettings, log4j: Path, config: Path, cluster_id: str) -> list[str]:
     """Kafka's StorageTool formatting one node's log dirs for a KRaft cluster id."""
     return [
         prereqs.java(),
@@ -76,7 +76,7 @@ def quiet_logger(name: str = "eosflow.kafka.probe") -> logging.Logger:
 class KafkaService:
     name = "kafka"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         self.s = settings
         self.home = settings.state_dir / "kafka"
         self.data_dir = self.home / "data"

@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.stack.connect import ConnectDetails, ConnectService
 from eosflow_dev.stack.iceberg_rest import IcebergRestService
 from eosflow_dev.stack.s3_server import S3Details, S3Service
+from eosflow_dev.stack.settings import StackSettings
 from eosflow_dev.stack.spark_connect import SparkConnectService
 
 # In start order: the REST catalog may keep its warehouse in the S3 server.
@@ -35,7 +35,7 @@ WITH_ENV = "EOSFLOW_STACK_WITH"
 OptionalService = IcebergRestService | S3Service | ConnectService | SparkConnectService
 
 
-def service(settings: Settings, name: str) -> OptionalService:
+def service(settings: StackSettings, name: str) -> OptionalService:
     if name == "s3":
         return S3Service(settings)
     if name == "iceberg-rest":
@@ -47,7 +47,7 @@ def service(settings: Settings, name: str) -> OptionalService:
     raise StackError(f"no optional stack service {name!r}: choose from {', '.join(NAMES)}")
 
 
-def services(settings: Settings) -> list[OptionalService]:
+def services(settings: StackSettings) -> list[OptionalService]:
     return [service(settings, name) for name in NAMES]
 
 
@@ -65,7 +65,7 @@ def requested(asked: Iterable[str] = ()) -> list[str]:
     return [name for name in NAMES if name in names]
 
 
-def ensure(settings: Settings, name: str, log=print) -> str:
+def ensure(settings: StackSettings, name: str, log=print) -> str:
     """Start one optional service unless it runs (fetching its jars the first time); its endpoint."""
     svc = service(settings, name)
     svc.start(log=log)
@@ -78,7 +78,7 @@ class IcebergRestDetails:
     warehouse: str  # where the server writes new tables: file:///... or s3://bucket/iceberg-rest
 
 
-def iceberg_rest(settings: Settings, log=print) -> IcebergRestDetails:
+def iceberg_rest(settings: StackSettings, log=print) -> IcebergRestDetails:
     """The stack's Iceberg REST catalog, started if needed (and the S3 server first, when it keeps its
     warehouse there)."""
     svc = IcebergRestService(settings)
@@ -86,14 +86,14 @@ def iceberg_rest(settings: Settings, log=print) -> IcebergRestDetails:
     return IcebergRestDetails(svc.endpoint(), svc.warehouse())
 
 
-def s3(settings: Settings, log=print) -> S3Details:
+def s3(settings: StackSettings, log=print) -> S3Details:
     """The stack's S3 server, started if needed: endpoint, region, bucket and credentials."""
     svc = S3Service(settings)
     svc.start(log=log)
     return svc.details()
 
 
-def connect(settings: Settings, log=print) -> ConnectDetails:
+def connect(settings: StackSettings, log=print) -> ConnectDetails:
     """The stack's Kafka Connect worker with Debezium, started if needed (its source database made): its
     REST endpoint, the broker, the source database's conninfo. Register connectors with
     eosflow_dev.stack.connect.register_postgres_source."""
@@ -102,7 +102,7 @@ def connect(settings: Settings, log=print) -> ConnectDetails:
     return svc.details()
 
 
-def spark_connect(settings: Settings, log=print) -> str:
+def spark_connect(settings: StackSettings, log=print) -> str:
     """The stack's Spark Connect server, started if needed: the URL EOSFLOW_SPARK_REMOTE takes."""
     svc = SparkConnectService(settings)
     svc.start(log=log)

@@ -19,9 +19,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack import process, secret_files, start_lock
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 60
 SUPERUSER = "postgres"
@@ -75,7 +75,7 @@ def _check_home(home: Path, uid: int) -> None:
 class PostgresService:
     name = "postgres"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         self.s = settings
         self.home = self._home()
         self.data_dir = self.home / "data"

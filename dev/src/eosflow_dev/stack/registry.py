@@ -3,7 +3,7 @@
 Apicurio publishes its ready-built app as one archive (infra/maven/registry/pom.xml unpacks it); it
 runs on the stack's Java 17 with its schemas in memory (H2), so a restart forgets them, as a restart
 of the broker's data does not. Its Confluent-compatible API is under /apis/ccompat/v7
-(Settings.stack_registry_url). Compatibility is set to BACKWARD after start, as Confluent's registry
+(StackSettings.stack_registry_url). Compatibility is set to BACKWARD after start, as Confluent's registry
 defaults to (Apicurio's default is NONE).
 """
 
@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import jars, prereqs
 from eosflow_dev.stack import process
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 60.0
 VERSION = "3.0.9"  # the newest line built for Java 17 (3.3 needs Java 21)
@@ -26,7 +26,7 @@ VERSION = "3.0.9"  # the newest line built for Java 17 (3.3 needs Java 21)
 class RegistryService:
     name = "registry"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         self.s = settings
         self.home = settings.state_dir / "registry"
         self.log_path = self.home / "registry.log"

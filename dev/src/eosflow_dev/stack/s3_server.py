@@ -25,9 +25,9 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.stack.jvm_service import JvmService
 from eosflow_dev.stack.secret_files import write_secret
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 60.0
 REGION = "us-east-1"  # S3Proxy accepts any region in a v4 signature; clients need one to sign with
@@ -62,7 +62,7 @@ class S3Service(JvmService):
     heap = "256m"
     start_timeout_s = START_TIMEOUT_S
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         super().__init__(settings)
         self.data = self.home / "data"
         self.credentials_file = self.home / "credentials"

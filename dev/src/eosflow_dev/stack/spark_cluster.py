@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eosflow.errors import StackError
-from eosflow.settings import Settings
 from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack import process
+from eosflow_dev.stack.settings import StackSettings
 
 START_TIMEOUT_S = 90.0
 
@@ -37,7 +37,7 @@ class SparkCluster:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: StackSettings,
         home: Path | None = None,
         ports: ClusterPorts = ClusterPorts(),
         workers: int = 2,

@@ -16,9 +16,9 @@ import socket
 import sys
 from pathlib import Path
 
-from eosflow.settings import Settings
 from eosflow_dev.runtime import prereqs
 from eosflow_dev.stack.jvm_service import JvmService
+from eosflow_dev.stack.settings import StackSettings
 
 PORT_ENV = "EOSFLOW_SPARK_CONNECT_PORT"
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -50,7 +50,7 @@ class SparkConnectService(JvmService):
     start_timeout_s = 120.0  # a SparkContext, then the gRPC service: 10-30 s on a busy 2-core machine
     poll_s = 0.5
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StackSettings) -> None:
         super().__init__(settings)
         self.port = port()
 

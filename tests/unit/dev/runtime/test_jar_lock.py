@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from eosflow import settings as settings_mod
 from eosflow.errors import StackError
 from eosflow_dev.runtime import jars
+from eosflow_dev.stack import settings as settings_mod
 
 REAL = settings_mod.load()
 LOCK = REAL.root / "infra" / "jars.sha256"
@@ -81,7 +81,7 @@ def test_the_dependency_plugin_is_pinned_to_a_current_release(name) -> None:
 
 
 # -- a copy of a jar folder, tampered ------------------------------------------------------------------------
-def _world(tmp_path: Path, files: dict[str, bytes]) -> settings_mod.Settings:
+def _world(tmp_path: Path, files: dict[str, bytes]) -> settings_mod.StackSettings:
     """A checkout with a POM and a lock for the `kafka` set (any set locked in infra/jars.sha256; Spark's is
     locked in the package, tests/unit/spark/test_jars.py), and its jars fetched as the lock says."""
     root = tmp_path / "root"

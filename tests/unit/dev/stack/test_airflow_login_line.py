@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from eosflow import settings as settings_mod
 from eosflow_dev.stack import airflow_local
+from eosflow_dev.stack import settings as settings_mod
 
 
 def test_the_start_lines_name_the_file_not_the_password(tmp_path) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from eosflow import settings as settings_mod
 from eosflow.errors import StackError
 from eosflow_dev.runtime import jars
 from eosflow_dev.stack import connect, optional
+from eosflow_dev.stack import settings as settings_mod
 
 REAL = settings_mod.load()
 NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -45,7 +45,7 @@ def test_fetching_the_set_runs_both_executions_with_checksums_enforced():
     assert "dependency:copy-dependencies@worker" in command and "dependency:unpack@debezium" in command
 
 
-def _private(tmp_path) -> settings_mod.Settings:
+def _private(tmp_path) -> settings_mod.StackSettings:
     return dataclasses.replace(
         REAL, state_dir=tmp_path, connect_port=28099, connect_group="eosflow-connect-t1"
     )

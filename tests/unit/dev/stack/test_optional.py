@@ -38,7 +38,7 @@ def test_the_spark_connect_server_keeps_no_python_worker_of_a_session(tmp_path, 
     a run on the stack's server. Without the daemon and worker reuse, a task's worker ends with the task."""
     import dataclasses
 
-    from eosflow import settings as settings_mod
+    from eosflow_dev.stack import settings as settings_mod
     from eosflow_dev.stack.spark_connect import SparkConnectService
 
     settings = dataclasses.replace(settings_mod.load(), state_dir=tmp_path)

@@ -76,8 +76,8 @@ def test_a_file_in_its_place_is_refused(tmp_path) -> None:
 def test_the_home_is_checked_before_the_server_starts(tmp_path, monkeypatch) -> None:
     import dataclasses
 
-    from eosflow import settings as settings_mod
     from eosflow_dev.stack import postgres
+    from eosflow_dev.stack import settings as settings_mod
 
     service = postgres.PostgresService(dataclasses.replace(settings_mod.load(), state_dir=tmp_path / "s"))
     home = tmp_path / "planted"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from eosflow import settings as settings_mod
 from eosflow.errors import StackError
 from eosflow_dev.stack import airflow_local, kafka, postgres
+from eosflow_dev.stack import settings as settings_mod
 from eosflow_dev.stack.secret_files import write_secret
 
 
@@ -29,7 +29,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def _settings(tmp_path: Path) -> settings_mod.Settings:
+def _settings(tmp_path: Path) -> settings_mod.StackSettings:
     return dataclasses.replace(
         settings_mod.load(), state_dir=tmp_path / "state", kafka_sasl_password="s3cret"
     )

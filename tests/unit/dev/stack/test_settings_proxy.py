@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eosflow import settings as settings_mod
+from eosflow_dev.stack import settings as settings_mod
 from eosflow_dev.stack.kafka import KafkaService
 
 # server.properties exactly as written without the proxy option (and as before it existed, but for the log
