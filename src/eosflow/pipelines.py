@@ -20,6 +20,7 @@ from eosflow.schema.declaration import DeclarationError, RecordSchema, parse_sch
 from eosflow.settings import Settings
 from eosflow.sinks import registry
 from eosflow.sinks.protocol import Sink
+from eosflow.sources.kafka import lag_group
 
 # The consumer's three semantics (docs/DESIGN.md, "Delivery modes"), as text: the lab names its runs and
 # writes its pipelines files (YAML, which has no form for an enum member) with them.
@@ -90,6 +91,10 @@ class Pipeline:
     # batch: the ingest DAG runs on its interval. stream: `eosflow stream` runs it (a service); the ingest
     # DAG runs only when triggered, and eosflow_health checks the stream keeps up.
     mode: PipelineMode = PipelineMode.BATCH
+    # The Kafka consumer group each commit reports the new positions to, so Kafka's tools show the lag
+    # (sources/kafka/lag_group.py); None: no report (`consumer_group: false`, or a sink whose own group
+    # holds its positions). Never read back.
+    consumer_group: str | None = None
 
     @property
     def topic(self) -> str:
@@ -170,6 +175,7 @@ def load_each(
     found: dict[str, Pipeline] = {}
     refused: dict[str, PipelineConfigError] = {}
     writers: dict[str, str] = {}
+    groups: dict[str, str] = {}  # consumer group -> the pipeline that reports to it
     for name, spec in entries.items():
         if databases.is_database(spec):
             continue  # its tables are its members (load_databases, member)
@@ -185,7 +191,16 @@ def load_each(
                 "pipeline needs an output of its own (the ledger and the checks are per pipeline)"
             )
             continue
+        if pipeline.consumer_group in groups:
+            refused[pipeline.name] = PipelineConfigError(
+                f"{path}: pipelines {groups[pipeline.consumer_group]!r} and {pipeline.name!r} both report to "
+                f"consumer group {pipeline.consumer_group!r}; each pipeline's lag needs a group of its own: "
+                "name another, or leave consumer_group out"
+            )
+            continue
         writers[output] = pipeline.name
+        if pipeline.consumer_group is not None:
+            groups[pipeline.consumer_group] = pipeline.name
         found[pipeline.name] = pipeline
     return found, refused
 
@@ -344,6 +359,7 @@ _PIPELINE_KEYS = frozenset(
         "mode",
         "changes",
         "primary_key",
+        "consumer_group",
     }
 )
 
@@ -425,6 +441,17 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
             "arrive: leave wake_on_records out, or make the pipeline mode: batch"
         )
 
+    if sink_class.commits_consumer_group:
+        if "consumer_group" in spec:
+            raise PipelineConfigError(
+                f"{where}: sink: {sink_class.kind} keeps its positions in consumer group "
+                f"{lag_group.default(name)!r}, committed in its transactions, and Kafka's tools show its "
+                "lag from there: remove consumer_group"
+            )
+        group = None
+    else:
+        group = lag_group.declared(spec.get("consumer_group"), name, where)
+
     return Pipeline(
         name=name,
         topics=tuple(topics),
@@ -446,4 +473,5 @@ def _parse(raw_name: object, spec: object, where: str) -> Pipeline:
         delivery=delivery,
         wake_on_records=wake,
         mode=mode,
+        consumer_group=group,
     )

@@ -216,3 +216,48 @@ def test_an_initial_timestamp_before_1970_is_refused(stamp):
     with pytest.raises(PipelineConfigError, match=r"timestamp:<ISO-8601 with zone.*from 1970"):
         InitialOffset.parse(f"timestamp:{stamp}", "here")
     assert InitialOffset.parse("timestamp:1970-01-01T00:00:00Z", "here").value == 0
+
+
+def test_a_pipeline_reports_its_lag_to_eosflow_dot_its_name_unless_told_otherwise(tmp_path):
+    path = _write(
+        tmp_path,
+        {
+            "a": _spec(),
+            "b": _spec(topics=["b"], target_table="raw.b", consumer_group="team.b-lag_1"),
+            "c": _spec(topics=["c"], target_table="raw.c", consumer_group=False),
+        },
+    )
+    found = load_all(settings_mod.load(), path)
+    assert {n: p.consumer_group for n, p in found.items()} == {
+        "a": "eosflow.a",
+        "b": "team.b-lag_1",
+        "c": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "group", ["eosflow.other", "has space", "semi;colon", "", "x" * 250, 17, True, ["a"], "../up"]
+)
+def test_a_consumer_group_eosflow_did_not_validate_is_refused_saying_what_is_allowed(tmp_path, group):
+    path = _write(tmp_path, {"p": _spec(consumer_group=group)})
+    with pytest.raises(PipelineConfigError, match=r"pipeline 'p'.*consumer_group .*letters, digits.*false"):
+        load_all(settings_mod.load(), path)
+
+
+def test_two_pipelines_reporting_to_one_group_are_refused_naming_both(tmp_path):
+    path = _write(
+        tmp_path,
+        {
+            "a": _spec(consumer_group="team.lag"),
+            "b": _spec(topics=["b"], target_table="raw.b", consumer_group="team.lag"),
+        },
+    )
+    with pytest.raises(PipelineConfigError, match=r"'a' and 'b' both report to consumer group 'team.lag'"):
+        load_all(settings_mod.load(), path)
+
+
+def test_a_kafka_sink_takes_no_consumer_group_its_own_holds_its_positions(tmp_path):
+    spec = {k: v for k, v in _spec(sink="kafka", output_topic="out").items() if k != "target_table"}
+    assert load_all(settings_mod.load(), _write(tmp_path, {"p": spec}))["p"].consumer_group is None
+    with pytest.raises(PipelineConfigError, match=r"consumer group 'eosflow.p'.*remove consumer_group"):
+        load_all(settings_mod.load(), _write(tmp_path, {"p": spec | {"consumer_group": "team.p"}}))

@@ -29,6 +29,7 @@ from eosflow.schema.avro import RegistryAuthenticationError, RegistryConfig, Reg
 from eosflow.schema.declaration import REGISTRY_FORMATS
 from eosflow.settings import Settings
 from eosflow.sinks.protocol import Run
+from eosflow.sources.kafka import lag_group
 from eosflow.sources.kafka.offsets import partition_offsets, topic_id
 
 if TYPE_CHECKING:
@@ -164,6 +165,8 @@ def execute(
         written = pipeline.sink.write(conn, run)  # steps 2 to 4, in the Spark tasks
         summary.outcome, summary.counts = pipeline.sink.commit(conn, run, written)  # step 5
         fault_point("after_commit")
+        if summary.outcome == positions.COMMITTED and plan.kind != "replay" and pipeline.consumer_group:
+            lag_group.report(settings.kafka, pipeline.consumer_group, plan, log)  # step 7, outside it
     return summary
 
 

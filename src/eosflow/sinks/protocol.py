@@ -139,6 +139,9 @@ class Sink(ABC):
     # The delivery modes it keeps that state under: exactly_once unless its commit can apply the state in
     # a split one's output transaction (docs/DESIGN.md "Delivery modes").
     state_deliveries: ClassVar[tuple[Delivery, ...]] = (Delivery.EXACTLY_ONCE,)
+    # Whether its commit already commits the positions to the pipeline's Kafka consumer group (its
+    # transactions do): then no lag report follows it (docs/DESIGN.md "Lag in Kafka's own tools").
+    commits_consumer_group: ClassVar[bool] = False
 
     # --- the declaration
 

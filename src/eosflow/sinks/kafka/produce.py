@@ -39,6 +39,7 @@ from eosflow.schema.arrow import json_text
 from eosflow.sinks.kafka.json_out import json_value, plain
 from eosflow.sinks.kafka.output import Output, output_of
 from eosflow.sinks.protocol import Pipeline
+from eosflow.sources.kafka import lag_group
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 
 if TYPE_CHECKING:
@@ -60,8 +61,9 @@ OUTCOME_SCHEMA = (
 
 
 def group_id(pipeline: str) -> str:
-    """The consumer group whose committed offsets are a Kafka-sink pipeline's positions."""
-    return f"eosflow.{pipeline}"
+    """The consumer group whose committed offsets are a Kafka-sink pipeline's positions: the one every
+    other pipeline reports its lag to by default (sources/kafka/lag_group.py)."""
+    return lag_group.default(pipeline)
 
 
 def transactional_id(pipeline: str, topic: str, partition: int) -> str:

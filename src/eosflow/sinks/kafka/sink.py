@@ -51,6 +51,7 @@ class KafkaSink(Sink):
     task_modules: ClassVar[tuple[str, ...]] = ("eosflow.sinks.kafka.produce",)
     # A change stream's state is its compacted output topic (state.py; DESIGN "State in Kafka").
     keeps_state: ClassVar[bool] = True
+    commits_consumer_group: ClassVar[bool] = True  # produce.group_id: its positions, in its transactions
 
     output_topic: str
     dead_letter_topic: str  # rejected records, in the same transaction as the output
