@@ -62,7 +62,7 @@ def test_kafkas_own_tool_shows_the_lag_each_commit_leaves_and_a_replay_changes_n
     reset = [TopicPartition(case.topic, p, 0) for p in range(3)]
     admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, reset)])[group].result(30)
     summary = case.ingest()
-    assert summary.outcome == "committed" and summary.counts["read"] == 30  # the ledger's positions
+    assert summary.outcome == "committed" and summary.records_read == 30  # the ledger's positions
     after = describe(case.settings, group)
     assert sum(lag for _, _, lag in after.values()) == 0
     assert {p: current for p, (current, _, _) in after.items()} == {
