@@ -48,7 +48,7 @@ def settled(server, dag_id: str, timeout: float = 180) -> None:
     raise AssertionError(f"{dag_id} did not settle in {timeout}s:\n{server.log_tail()}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_airflow(running_stack, tmp_path_factory):
     """A running `airflow standalone` serving two pipelines: one with committed data (so replays can run)
     and one that wakes on records (tests/airflow/test_kafka_wake.py: a standalone of its own cost that test
@@ -58,7 +58,11 @@ def shared_airflow(running_stack, tmp_path_factory):
     The ingest interval is a day: every run is one a test triggers or wakes, never one of the schedule's
     (each ingest DAG runs once at start, as a DAG unpaused at creation does). Besides `admin`, a user
     `outsider` who may log in and read no DAG (no role in Airflow's SimpleAuthManager): the eosflow view
-    must show them no pipeline."""
+    must show them no pipeline.
+
+    Package-scoped: it stops when its worker leaves tests/airflow/ (the tests that use it run one after
+    the other: conftest's "airflow_server" group), not at the session's end: left idle, its DAG processor
+    re-parsed eosflow's eight DAG files every 30 s for the rest of the suite (312 parses in one run)."""
     root = tmp_path_factory.mktemp("airflow-server")
     pipeline = IngestCase(running_stack, root / "pipelines.yml")
     woken = IngestCase(running_stack, root / "woken.yml", spec={"wake_on_records": True})
@@ -83,14 +87,14 @@ def shared_airflow(running_stack, tmp_path_factory):
         standalone.stop(server)  # the wake group stays, like the topics: the broker expires it (retention)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_server(shared_airflow):
     """The shared standalone and its pipeline with committed data."""
     server, pipeline, _ = shared_airflow
     return server, pipeline
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def woken(shared_airflow):
     """The shared standalone and its pipeline that wakes on records (its topic made, nothing produced)."""
     server, _, woken = shared_airflow

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.integration
 
 BAD = [b"not json", b'{"event_id": 1}', None]
 every_lake = pytest.mark.parametrize("lake", LAKES, indirect=True)
+# The fence is the catalog's compare-and-swap, and the "s3" lake is the SQL catalog (its files elsewhere):
+# the fence tests run on each catalog, not each store (the S3 store has its kill, compaction, reader tests).
+CATALOGS = ("sql", "rest")
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +148,7 @@ def test_a_table_name_that_is_not_namespace_dot_name_is_refused(case):
     assert run.returncode == 2 and "namespace.name" in run.stderr
 
 
-@every_lake
+@pytest.mark.parametrize("lake", CATALOGS, indirect=True)
 def test_a_run_paused_before_its_commit_is_fenced_by_the_catalog_when_another_committed(case, tmp_path):
     """The paused run loaded the table before the other committed: its own check of the positions passes
     on what it loaded, and only the catalog's compare-and-swap (no retry) stops it."""
@@ -463,7 +466,7 @@ def test_a_runs_files_every_reader_opens_and_one_named_the_old_way_is_warned_abo
     assert again.ok and "iceberg_file_names" not in {c.name for c in again.checks}, again.table()
 
 
-@every_lake
+@pytest.mark.parametrize("lake", CATALOGS, indirect=True)
 def test_a_run_whose_records_are_all_rejected_is_fenced_by_the_catalog_too(case, tmp_path, lake):
     """A commit that adds no data file (every record rejected) still makes a snapshot and asserts the one it
     started from: a REST catalog applies a commit whose requirements hold, and none asserts properties, so
