@@ -29,7 +29,7 @@ def _error(exc: Exception) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from eosflow.spark.job_main import execute
 
-    return execute(args, settings_mod.load())
+    return execute(args, settings_mod.load(), lineage=True)  # Airflow's tasks report through its provider
 
 
 def cmd_stream(args: argparse.Namespace) -> int:

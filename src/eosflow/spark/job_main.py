@@ -69,10 +69,20 @@ def log(msg: str) -> None:
 
 
 def execute(
-    args: argparse.Namespace, settings: settings_mod.Settings | None = None, say: Callable[[str], None] = log
+    args: argparse.Namespace,
+    settings: settings_mod.Settings | None = None,
+    say: Callable[[str], None] = log,
+    lineage: bool = False,
 ) -> int:
-    """One run; returns its exit code. say: where its lines go (stderr, or an Airflow task's log)."""
+    """One run; returns its exit code. say: where its lines go (stderr, or an Airflow task's log).
+    lineage: report it as OpenLineage events when the client is configured (the CLI's runs; Airflow's
+    report through Airflow's OpenLineage provider)."""
     settings = settings or settings_mod.load()
+    report = None
+    if lineage:
+        from eosflow.observe.openlineage import Report
+
+        report = Report(settings, args.pipeline, "backfill" if args.range is not None else "ingest", say)
     try:
         if args.range is not None:
             if args.mode is None or args.run_id is None:
@@ -92,7 +102,15 @@ def execute(
     except tuple(EXIT) as exc:
         code, line = reported(exc)
         say(line)
+        if report is not None:
+            report.failed(line)
         return code
+    except BaseException as exc:
+        if report is not None:
+            report.failed(f"{type(exc).__name__}: {exc}")
+        raise
+    if report is not None:
+        report.completed(summary)
     print(summary.table(), flush=True)
     return 0
 

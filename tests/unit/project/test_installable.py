@@ -28,6 +28,7 @@ def test_the_wheel_carries_what_eosflow_reads_at_run_time(wheel):
     expected = {
         "eosflow/spark/task.py",
         "eosflow/spark/jars.lock",  # what `eosflow jars fetch` downloads and every Spark start checks
+        "eosflow/observe/EosflowRunFacet.json",  # the schema an OpenLineage event's eosflow_run facet names
         "eosflow/dbt_project/dbt_project.yml",
         "eosflow/dbt_project/profiles.yml",
         "eosflow/dbt_project/models/staging/stg_output.sql",

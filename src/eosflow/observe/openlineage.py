@@ -1,0 +1,306 @@
+"""A run as OpenLineage events (docs/DESIGN.md, Orchestration: "OpenLineage"), built on the openlineage-python
+client's event, facet and naming classes, so what catalogs read (Marquez, DataHub, OpenMetadata, Atlan) is
+the spec's own shape.
+
+`events` builds them; `Emitter` sends them through the client, only when the client is configured (the
+stand-alone CLI's case: Airflow's runs report through Airflow's OpenLineage provider instead). A send that
+fails is a warning in the run's log: lineage reports a run, it never fails one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from eosflow.pipelines import Pipeline
+    from eosflow.runners.summary import RunSummary
+    from eosflow.settings import Settings
+
+NAMESPACE_ENV = "OPENLINEAGE_NAMESPACE"
+DEFAULT_NAMESPACE = "eosflow"
+FACET_SCHEMA = Path(__file__).with_name("EosflowRunFacet.json")
+FACET_SCHEMA_URL = "urn:eosflow:openlineage:1-0-0:EosflowRunFacet#/$defs/EosflowRunFacet"  # the file's $id
+
+
+def producer() -> str:
+    """The `producer` of every event and facet: this version of eosflow, as PyPI names it."""
+    try:
+        version = metadata.version("eosflow")
+    except metadata.PackageNotFoundError:  # a checkout run without installing
+        version = "unknown"
+    return f"https://pypi.org/project/eosflow/{version}/"
+
+
+@dataclass(frozen=True)
+class Named:
+    """A dataset in OpenLineage's naming."""
+
+    namespace: str
+    name: str
+
+
+def kafka_topic(settings: Settings, topic: str) -> Named:
+    from openlineage.client.naming.dataset import Kafka
+
+    host, _, port = settings.bootstrap_servers.split(",")[0].strip().rpartition(":")
+    naming = Kafka(bootstrap_server_host=host, port=port, topic=topic)
+    return Named(naming.get_namespace(), naming.get_name())
+
+
+def from_uri(uri: str) -> Named:
+    """An output's lineage URI (Sink.output_uri: the providers' asset URIs) in OpenLineage's naming:
+    postgres://host:port/database/schema/table, kafka://server/topic, and anything else by its authority
+    and path (iceberg://catalog/namespace/table)."""
+    parts = urlsplit(uri)
+    path = [p for p in parts.path.split("/") if p]
+    if parts.scheme == "postgres" and len(path) == 3:
+        return Named(f"postgres://{parts.netloc}", ".".join(path))
+    if parts.scheme == "kafka" and len(path) == 1:
+        return Named(f"kafka://{parts.netloc}", path[0])
+    return Named(f"{parts.scheme}://{parts.netloc}", ".".join(path))
+
+
+def _column_facets(settings: Settings, pipeline: Pipeline, output: Named) -> dict[str, Any]:
+    from openlineage.client.facet_v2 import column_lineage_dataset as lineage
+    from openlineage.client.facet_v2 import schema_dataset as schema
+
+    columns = pipeline.schema.columns
+    fields = [schema.SchemaDatasetFacetFields(c.name, c.type.declared) for c in columns]
+    inputs = [kafka_topic(settings, t) for t in pipeline.topics]
+    sourced = [c for c in columns if c.source and not c.meta]  # a field of the record, not its metadata
+    by_column = {
+        c.name: lineage.Fields(
+            # the field's path in the record, as OpenLineage names nested fields ("total.amount")
+            inputFields=[
+                lineage.InputField(i.namespace, i.name, c.source.removeprefix("$.")) for i in inputs
+            ],
+            transformationType="IDENTITY",
+            transformationDescription="the declared column's value from its source field, checked",
+        )
+        for c in sourced
+    }
+    facets: dict[str, Any] = {"schema": schema.SchemaDatasetFacet(fields=fields, producer=producer())}
+    if by_column and pipeline.schema.transform is None:  # a transform makes every column: no field maps
+        facets["columnLineage"] = lineage.ColumnLineageDatasetFacet(fields=by_column, producer=producer())
+    return facets
+
+
+def _eosflow_facet(summary: RunSummary) -> Any:
+    import attr
+    from openlineage.client.facet_v2 import RunFacet
+
+    @attr.define
+    class EosflowRunFacet(RunFacet):
+        batchId: str  # noqa: N815 (the spec's camelCase)
+        planKind: str  # noqa: N815
+        outcome: str
+        ranges: list[dict[str, Any]]
+
+        @staticmethod
+        def _get_schema() -> str:
+            return FACET_SCHEMA_URL
+
+    plan = summary.plan
+    ranges = []
+    for r in plan.ranges if plan is not None else []:
+        c = summary.counts.get((r.topic, r.partition))
+        ranges.append(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "start": r.start,
+                "end": r.end,
+                "read": c.read if c else 0,
+                "written": c.written if c else 0,
+                "rejected": c.rejected if c else 0,
+            }
+        )
+    kind = plan.kind if plan is not None else "none"
+    return EosflowRunFacet(summary.batch_id, kind, summary.outcome, ranges, producer=producer())
+
+
+@dataclass
+class RunLineage:
+    """One run's START and its end, as OpenLineage events (the client's RunEvent; `as_json` for its JSON)."""
+
+    settings: Settings
+    pipeline: Pipeline
+    job_kind: str  # ingest | backfill
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.run_id = self.run_id or _uuid7()
+
+    @property
+    def job_name(self) -> str:
+        return f"{self.pipeline.name}.{self.job_kind}"
+
+    def start(self) -> Any:
+        return self._event("START", {}, {})
+
+    def complete(self, summary: RunSummary) -> Any:
+        from openlineage.client.facet_v2 import output_statistics_output_dataset as stats
+
+        written = sum(c.written for c in summary.counts.values())
+        run = {"eosflow_run": _eosflow_facet(summary)}
+        out = {
+            "outputStatistics": stats.OutputStatisticsOutputDatasetFacet(
+                rowCount=written, producer=producer()
+            )
+        }
+        return self._event("COMPLETE", run, out)
+
+    def fail(self, message: str) -> Any:
+        from openlineage.client.facet_v2 import error_message_run
+
+        error = error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())
+        return self._event("FAIL", {"errorMessage": error}, {})
+
+    def _event(self, kind: str, run_facets: Mapping[str, Any], output_facets: Mapping[str, Any]) -> Any:
+        from openlineage.client import event_v2
+        from openlineage.client.facet_v2 import job_type_job
+
+        output = from_uri(self.pipeline.sink.output_uri(self.settings))
+        job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
+        event = event_v2.RunEvent(
+            eventType=event_v2.RunState[kind],
+            eventTime=datetime.now(UTC).isoformat(),
+            run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
+            job=event_v2.Job(namespace=namespace(), name=self.job_name, facets={"jobType": job_type}),
+            producer=producer(),
+            inputs=[
+                event_v2.InputDataset(n.namespace, n.name)
+                for n in (kafka_topic(self.settings, t) for t in self.pipeline.topics)
+            ],
+            outputs=[
+                event_v2.OutputDataset(
+                    output.namespace,
+                    output.name,
+                    outputFacets=dict(output_facets),
+                    facets=_column_facets(self.settings, self.pipeline, output),
+                )
+            ],
+        )
+        return event
+
+
+def as_json(event: Any) -> dict[str, Any]:
+    """An event as the spec's JSON (what a transport sends)."""
+    from openlineage.client.serde import Serde
+
+    return dict(json.loads(Serde.to_json(event)))
+
+
+def namespace() -> str:
+    return os.environ.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE
+
+
+def _uuid7() -> str:
+    """A UUIDv7, time-ordered, as OpenLineage recommends for run ids (its client's generator)."""
+    from openlineage.client.uuid import generate_new_uuid
+
+    return str(generate_new_uuid())
+
+
+# --- sending -------------------------------------------------------------------------------------------
+
+_CONFIG_FILES = (Path.cwd, lambda: Path.home() / ".openlineage")
+
+
+def configured(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the OpenLineage client has a transport to send to: its own rules (OPENLINEAGE_URL,
+    OPENLINEAGE_CONFIG, an openlineage.yml in the working directory or ~/.openlineage, OPENLINEAGE__TRANSPORT*
+    variables) and not OPENLINEAGE_DISABLED. Unconfigured, the client prints every event to the console,
+    which a CLI run must not do."""
+    if environ.get("OPENLINEAGE_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OPENLINEAGE_URL") or environ.get("OPENLINEAGE_CONFIG"):
+        return True
+    if any(k.startswith("OPENLINEAGE__TRANSPORT") for k in environ):
+        return True
+    return any((folder() / "openlineage.yml").is_file() for folder in _CONFIG_FILES)
+
+
+class Emitter:
+    """Sends a run's events through the configured OpenLineage client; a failure is a warning."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        from openlineage.client import OpenLineageClient
+
+        self.log = log
+        self.client = OpenLineageClient()
+
+    def send(self, event: Any) -> None:
+        try:
+            self.client.emit(event)
+        except Exception as exc:  # any transport's failure: lineage never fails a run
+            self.log(
+                f"warning: the OpenLineage {event.eventType.value} event of {event.job.name} was not sent "
+                f"({type(exc).__name__}: {exc}); the run itself is unaffected"
+            )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # closing after a failed send says nothing new
+            self.client.close(timeout=10.0)
+
+
+def emitter(log: Callable[[str], None]) -> Emitter | None:
+    """The CLI's emitter, or None when OpenLineage is not configured (nothing of it imported then)."""
+    return Emitter(log) if configured() else None
+
+
+class Report:
+    """One CLI run's lineage: START when made, then COMPLETE or FAIL; nothing at all when OpenLineage is not
+    configured or the pipeline does not load (the run itself then says why)."""
+
+    def __init__(self, settings: Settings, pipeline_name: str, job_kind: str, log: Callable[[str], None]):
+        from eosflow import pipelines
+        from eosflow.errors import PipelineConfigError
+
+        self.log = log
+        self.emitter = emitter(log)
+        self.run: RunLineage | None = None
+        if self.emitter is None:
+            return
+        try:
+            pipeline = pipelines.load(settings, pipeline_name)
+        except PipelineConfigError:
+            self._close()  # the run refuses it, saying why; a database entry's members are runs of their own
+            return
+        self.run = RunLineage(settings, pipeline, job_kind)
+        self._send(self.run.start)
+
+    def completed(self, summary: RunSummary) -> None:
+        if self.run is not None:
+            run = self.run
+            self._send(lambda: run.complete(summary))
+        self._close()
+
+    def failed(self, message: str) -> None:
+        if self.run is not None:
+            run = self.run
+            self._send(lambda: run.fail(message))
+        self._close()
+
+    def _send(self, build: Callable[[], Any]) -> None:
+        assert self.emitter is not None
+        try:
+            event = build()
+        except Exception as exc:  # naming an output can fail (a catalog away): the run goes on
+            self.log(f"warning: no OpenLineage event for this run ({type(exc).__name__}: {exc})")
+            return
+        self.emitter.send(event)
+
+    def _close(self) -> None:
+        if self.emitter is not None:
+            self.emitter.close()
+            self.emitter = None

@@ -1,0 +1,58 @@
+"""`eosflow ingest` reports itself to OpenLineage when the client is configured (docs/DESIGN.md,
+Orchestration: "OpenLineage"): here with the client's own file transport, configured the way its users
+configure it (OPENLINEAGE__TRANSPORT__*), each event validated against the spec's schemas; unconfigured,
+nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.observe.test_openlineage import _validate
+
+pytestmark = pytest.mark.integration
+
+
+def _events(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_an_ingest_reports_start_and_complete_naming_its_topic_table_and_ranges(case, tmp_path):
+    case.produce(40, seed=81, partitions=2)
+    sent = tmp_path / "lineage.jsonl"
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "file",
+        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
+        "OPENLINEAGE__TRANSPORT__APPEND": "true",
+        "OPENLINEAGE_NAMESPACE": "team-data",
+    }
+    done = case.ingest_process("--run-id", "lineage-1", **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = _events(sent)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for event in events:
+        _validate(event)
+        assert event["job"] == event["job"] | {"namespace": "team-data", "name": f"{case.name}.ingest"}
+        assert [d["name"] for d in event["inputs"]] == [case.topic]
+        assert [d["name"] for d in event["outputs"]] == [f"warehouse.{case.table}"]
+        assert case.settings.pg_password not in json.dumps(event)
+    facet = events[1]["run"]["facets"]["eosflow_run"]
+    assert facet["outcome"] == "committed" and sum(r["read"] for r in facet["ranges"]) == 40
+    assert events[1]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 40
+
+    # A run refused (the topic re-created under it is one; a missing topic is simpler): FAIL with its line.
+    case.write_config(topics=["lineage.no-such-topic"])
+    refused = case.ingest_process("--run-id", "lineage-2", **env)
+    assert refused.returncode == 2
+    events = _events(sent)[2:]
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    _validate(events[1])
+    assert "does not exist" in events[1]["run"]["facets"]["errorMessage"]["message"]
+
+
+def test_an_ingest_with_no_openlineage_configuration_sends_nothing_and_says_nothing(case, tmp_path):
+    case.produce(5, seed=82, partitions=1)
+    done = case.ingest_process("--run-id", "quiet-1", HOME=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "openlineage" not in (done.stderr + done.stdout).lower()

@@ -1,0 +1,188 @@
+"""OpenLineage events of a run (eosflow.observe.openlineage; docs/DESIGN.md, Orchestration: "OpenLineage"),
+each validated against the spec's own JSON schemas (tests/data/openlineage, copied from the spec): the event
+against OpenLineage.json's RunEvent, every facet against the schema its `_schemaURL` names, eosflow's own
+facet against the schema the wheel ships. Then what they name: the topic, the target, each column's source."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+from eosflow import pipelines
+from eosflow import settings as settings_mod
+from eosflow.ledger.positions import PartitionCounts
+from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+from eosflow.observe import openlineage
+from eosflow.runners.summary import RunSummary
+
+SPEC = Path(__file__).resolve().parents[2] / "data" / "openlineage"
+SECRET = "pw-in-no-event"
+
+
+def _registry() -> Registry:
+    resources = [Resource.from_contents(json.loads(p.read_text())) for p in SPEC.glob("*.json")]
+    resources.append(Resource.from_contents(json.loads(openlineage.FACET_SCHEMA.read_text())))
+    return Registry().with_resources((r.contents["$id"], r) for r in resources)
+
+
+REGISTRY = _registry()
+
+
+def _validate(event: dict) -> None:
+    """The event against RunEvent; each facet against the schema its _schemaURL names (the core schema
+    lets a facet hold anything, so each facet's own schema is what checks it)."""
+    core = {"$ref": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"}
+    Draft202012Validator(core, registry=REGISTRY).validate(event)
+    facets = list(event["run"].get("facets", {}).values()) + list(event["job"].get("facets", {}).values())
+    for dataset in event.get("inputs", []) + event.get("outputs", []):
+        facets += list(dataset.get("facets", {}).values())
+        facets += list(dataset.get("inputFacets", {}).values()) + list(
+            dataset.get("outputFacets", {}).values()
+        )
+    assert facets
+    for facet in facets:
+        Draft202012Validator({"$ref": facet["_schemaURL"]}, registry=REGISTRY).validate(facet)
+
+
+@pytest.fixture
+def settings():
+    return dataclasses.replace(
+        settings_mod.load(),
+        kafka_bootstrap="broker-1.example:9093,broker-2.example:9093",
+        pg_host="warehouse.example",
+        pg_port=5433,
+        pg_database="analytics",
+        pg_password=SECRET,
+    )
+
+
+def _pipeline(tmp_path, **spec) -> pipelines.Pipeline:
+    entry = {
+        "topics": ["orders.v1"],
+        "target_table": "raw.orders",
+        "columns": [
+            {"name": "order_id", "type": "uuid", "required": True},
+            {"name": "amount", "type": "numeric(12,2)", "source": "$.total.amount"},
+            {"name": "schema_id", "type": "integer", "source": "@schema_id"},
+        ],
+    } | spec
+    if entry.get("sink") == "kafka":
+        entry.pop("target_table")
+    path = tmp_path / "pipelines.yml"
+    path.write_text(yaml.safe_dump({"pipelines": {"orders": entry}}))
+    if "format" not in spec:  # @schema_id needs a registry format; a JSON pipeline declares without it
+        entry["columns"] = entry["columns"][:2]
+        path.write_text(yaml.safe_dump({"pipelines": {"orders": entry}}))
+    return pipelines.load(settings_mod.load(), "orders", path)
+
+
+def _summary() -> RunSummary:
+    ranges = (
+        PartitionPlan(OffsetRange("orders.v1", 0, 10, 20), False),
+        PartitionPlan(OffsetRange("orders.v1", 1, 0, 5), True),
+    )
+    plan = Plan("orders__run-1", "orders", "run-1", ranges)
+    counts = {("orders.v1", 0): PartitionCounts(10, 9, 1), ("orders.v1", 1): PartitionCounts(5, 5, 0)}
+    return RunSummary("orders", "orders__run-1", "committed", plan, counts)
+
+
+def test_a_runs_start_complete_and_fail_validate_against_the_spec_and_name_topic_and_table(
+    settings, tmp_path
+):
+    run = openlineage.RunLineage(settings, _pipeline(tmp_path), "ingest")
+    events = [openlineage.as_json(e) for e in (run.start(), run.complete(_summary()), run.fail("FENCED: x"))]
+    for event in events:
+        _validate(event)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "FAIL"]
+    assert len({e["run"]["runId"] for e in events}) == 1  # one run, its events share the id
+    assert {(e["job"]["namespace"], e["job"]["name"]) for e in events} == {("eosflow", "orders.ingest")}
+    for event in events:
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+            ("kafka://broker-1.example:9093", "orders.v1")
+        ]
+        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
+            ("postgres://warehouse.example:5433", "analytics.raw.orders")
+        ]
+        assert SECRET not in json.dumps(event)
+
+    out = events[1]["outputs"][0]
+    assert [(f["name"], f["type"]) for f in out["facets"]["schema"]["fields"]] == [
+        ("order_id", "uuid"),
+        ("amount", "numeric(12,2)"),
+    ]
+    lineage = out["facets"]["columnLineage"]["fields"]
+    assert lineage["amount"]["inputFields"] == [
+        {
+            "namespace": "kafka://broker-1.example:9093",
+            "name": "orders.v1",
+            "field": "total.amount",
+            "transformations": [],
+        }
+    ]
+    assert out["outputFacets"]["outputStatistics"]["rowCount"] == 14
+    facet = events[1]["run"]["facets"]["eosflow_run"]
+    assert facet["batchId"] == "orders__run-1" and facet["outcome"] == "committed"
+    assert facet["ranges"][0] == {
+        "topic": "orders.v1",
+        "partition": 0,
+        "start": 10,
+        "end": 20,
+        "read": 10,
+        "written": 9,
+        "rejected": 1,
+    }
+    assert events[2]["run"]["facets"]["errorMessage"]["message"] == "FENCED: x"
+
+
+def test_a_kafka_sinks_output_is_a_topic_in_kafkas_naming(settings, tmp_path):
+    pipeline = _pipeline(tmp_path, sink="kafka", output_topic="orders.clean")
+    event = openlineage.as_json(openlineage.RunLineage(settings, pipeline, "ingest").complete(_summary()))
+    _validate(event)
+    assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
+        ("kafka://broker-1.example:9093", "orders.clean")
+    ]
+
+
+def test_a_column_from_the_records_metadata_or_a_transform_has_no_field_lineage(settings, tmp_path):
+    """@schema_id is the registry's id of the writer schema, not a field: no input field is named for it."""
+    pipeline = _pipeline(tmp_path, format="avro")
+    out = openlineage.as_json(openlineage.RunLineage(settings, pipeline, "ingest").start())["outputs"][0]
+    assert set(out["facets"]["columnLineage"]["fields"]) == {"amount", "order_id"}
+    assert "schema_id" in {f["name"] for f in out["facets"]["schema"]["fields"]}
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, False),
+        ({"OPENLINEAGE_URL": "http://marquez:5000"}, True),
+        ({"OPENLINEAGE__TRANSPORT__TYPE": "file"}, True),
+        ({"OPENLINEAGE_CONFIG": "/etc/openlineage.yml"}, True),
+        ({"OPENLINEAGE_URL": "http://marquez:5000", "OPENLINEAGE_DISABLED": "true"}, False),
+    ],
+)
+def test_the_cli_emits_only_when_the_client_is_configured(environ, expected, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no openlineage.yml here
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert openlineage.configured(environ) is expected
+
+
+def test_the_validation_above_refuses_an_event_the_spec_does_not_allow(settings, tmp_path):
+    """The check is not vacuous: an event without its run id, or a facet of the wrong shape, fails it."""
+    from jsonschema import ValidationError
+
+    event = openlineage.as_json(openlineage.RunLineage(settings, _pipeline(tmp_path), "ingest").start())
+    broken = json.loads(json.dumps(event))
+    del broken["run"]["runId"]
+    with pytest.raises(ValidationError, match="runId"):
+        _validate(broken)
+    broken = json.loads(json.dumps(event))
+    broken["outputs"][0]["facets"]["schema"]["fields"] = "amount"
+    with pytest.raises(ValidationError):
+        _validate(broken)
