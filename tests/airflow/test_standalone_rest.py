@@ -93,6 +93,8 @@ def _trigger(server, dag_id: str) -> str:
 
 
 def test_a_run_that_commits_rows_schedules_the_marts_dag_and_an_idle_run_emits_nothing(airflow_server):
+    """Three DAG runs through the scheduler, one after the other (about a minute on two busy cores): the
+    ingest that commits, the marts run its asset event schedules, and the idle ingest that must emit none."""
     server, pipeline = airflow_server
     ingest, marts = f"eosflow_ingest_{pipeline.name}", f"eosflow_marts_{pipeline.name}"
     manifest = pipeline.produce(200, seed=517, partitions=2)
