@@ -78,6 +78,9 @@ def execute(
     lineage: report it as OpenLineage events when the client is configured (the CLI's runs; Airflow's
     report through Airflow's OpenLineage provider)."""
     settings = settings or settings_mod.load()
+    if args.range is not None and (args.mode is None or args.run_id is None):
+        say("--range needs --mode and --run-id")
+        return 2  # refused before a run begins: no lineage either
     report = None
     if lineage:
         from eosflow.observe.openlineage import Report
@@ -85,9 +88,6 @@ def execute(
         report = Report(settings, args.pipeline, "backfill" if args.range is not None else "ingest", say)
     try:
         if args.range is not None:
-            if args.mode is None or args.run_id is None:
-                say("--range needs --mode and --run-id")
-                return 2
             summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, say)
         elif (entry := database.database_entry(settings, args.pipeline)) is not None:
             done = database.run(

@@ -186,3 +186,19 @@ def test_the_validation_above_refuses_an_event_the_spec_does_not_allow(settings,
     broken["outputs"][0]["facets"]["schema"]["fields"] = "amount"
     with pytest.raises(ValidationError):
         _validate(broken)
+
+
+def test_a_request_refused_before_a_run_begins_sends_no_event(tmp_path, monkeypatch):
+    """`--range` without `--mode`: refused (exit 2) before anything is planned, and no START is left without
+    its end."""
+    from eosflow.spark import job_main
+
+    sent = tmp_path / "lineage.jsonl"
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__TYPE", "file")
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__LOG_FILE_PATH", str(sent))
+    monkeypatch.setenv("OPENLINEAGE__TRANSPORT__APPEND", "true")
+    said: list[str] = []
+    args = job_main.parse(["--pipeline", "orders", "--range", "orders:0:0-10"])
+    assert job_main.execute(args, settings_mod.load(), said.append, lineage=True) == 2
+    assert said == ["--range needs --mode and --run-id"]
+    assert not sent.exists()
