@@ -69,13 +69,12 @@ def from_uri(uri: str) -> Named:
     return Named(f"{parts.scheme}://{parts.netloc}", ".".join(path))
 
 
-def _column_facets(settings: Settings, pipeline: Pipeline, output: Named) -> dict[str, Any]:
+def _column_facets(pipeline: Pipeline, inputs: list[Named]) -> dict[str, Any]:
     from openlineage.client.facet_v2 import column_lineage_dataset as lineage
     from openlineage.client.facet_v2 import schema_dataset as schema
 
     columns = pipeline.schema.columns
     fields = [schema.SchemaDatasetFacetFields(c.name, c.type.declared) for c in columns]
-    inputs = [kafka_topic(settings, t) for t in pipeline.topics]
     sourced = [c for c in columns if c.source and not c.meta]  # a field of the record, not its metadata
     by_column = {
         c.name: lineage.Fields(
@@ -169,6 +168,7 @@ class RunLineage:
         from openlineage.client import event_v2
         from openlineage.client.facet_v2 import job_type_job
 
+        inputs = [kafka_topic(self.settings, t) for t in self.pipeline.topics]
         output = from_uri(self.pipeline.sink.output_uri(self.settings))
         job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
         event = event_v2.RunEvent(
@@ -177,16 +177,13 @@ class RunLineage:
             run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
             job=event_v2.Job(namespace=namespace(), name=self.job_name, facets={"jobType": job_type}),
             producer=producer(),
-            inputs=[
-                event_v2.InputDataset(n.namespace, n.name)
-                for n in (kafka_topic(self.settings, t) for t in self.pipeline.topics)
-            ],
+            inputs=[event_v2.InputDataset(n.namespace, n.name) for n in inputs],
             outputs=[
                 event_v2.OutputDataset(
                     output.namespace,
                     output.name,
                     outputFacets=dict(output_facets),
-                    facets=_column_facets(self.settings, self.pipeline, output),
+                    facets=_column_facets(self.pipeline, inputs),
                 )
             ],
         )
