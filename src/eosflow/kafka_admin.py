@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ def ensure_topic(
         if have is None:
             futures = client.create_topics([NewTopic(topic, partitions, 1, config=config or {})])
             futures[topic].result(timeout=30)
+            await_known(client, [topic])
             log(f"created topic {topic} with {partitions} partitions")
             return partitions
         if partitions > have:
@@ -60,7 +62,9 @@ def delete_topic(bootstrap: str | KafkaConfig, topic: str) -> None:
 
 
 def create_topics(client: AdminClient, topics: list, log=print, timeout_s: float = 30.0) -> None:
-    """Create `topics` (confluent-kafka NewTopic values); one a concurrent run made first is fine."""
+    """Create `topics` (confluent-kafka NewTopic values); one a concurrent run made first is fine.
+
+    Returns once the broker lists them, so the next request about them does not find them unknown."""
     from confluent_kafka import KafkaError, KafkaException
 
     for topic, future in client.create_topics(topics).items():
@@ -73,6 +77,26 @@ def create_topics(client: AdminClient, topics: list, log=print, timeout_s: float
                     f"could not create topic {topic!r}: {exc.args[0].str()}; create it yourself or give "
                     "eosflow's Kafka user the right to"
                 ) from exc
+    await_known(client, [t.topic for t in topics], timeout_s)
+
+
+def await_known(client: AdminClient, topics: Sequence[str], timeout_s: float = 30.0) -> None:
+    """Wait until the broker's metadata holds `topics`. CreateTopics answers once the controller has a
+    topic; a broker applies it a moment later, and a busy one answers UNKNOWN_TOPIC_OR_PART meanwhile
+    (a run that described the configs of its just-made dead-letter topic failed so)."""
+    deadline = time.monotonic() + timeout_s
+    wanted = set(topics)
+    while True:
+        listed = client.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        unknown = sorted(t for t in wanted if t not in listed or listed[t].error is not None)
+        if not unknown:
+            return
+        if time.monotonic() >= deadline:
+            raise StackError(
+                f"Kafka created {', '.join(unknown)} but its broker did not list them within "
+                f"{timeout_s:g} s; check the broker's log, then run again"
+            )
+        time.sleep(0.05)
 
 
 # librdkafka's message.max.bytes (and batch.size) unless the Kafka settings say otherwise.
