@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 from confluent_kafka import Producer
 
+from eosflow.runners import job
 from eosflow.sinks.iceberg.config import PROPERTIES_ENV
 from eosflow.verify import verify_pipeline
 from tests.integration.lakes import LAKES, lake_properties
@@ -574,3 +576,56 @@ def test_a_run_killed_mid_upload_to_object_storage_is_retried_into_every_record_
     assert sorted(str(r["event_id"]) for r in rows) == sorted(str(a.event_id) for a in manifest.visible())
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
+
+
+def test_a_widening_and_a_removed_column_apply_by_iceberg_promotion_and_lose_nothing(case):
+    """docs/DESIGN.md, "Declarations that evolve", on Iceberg: int to long and a decimal's precision by
+    Iceberg's own promotion (no file rewritten), a column removed kept and NULL; integer to double, which
+    Iceberg cannot promote, refused before a file is written."""
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    table = as_iceberg_sink(case)
+    case.write_config(
+        columns=[
+            {"name": "id", "type": "integer", "required": True},
+            {"name": "price", "type": "numeric(10,2)"},
+            {"name": "sku", "type": "text"},
+        ],
+        business_key="id",
+    )
+    case.create_topic(1)
+    producer = Producer({"bootstrap.servers": case.settings.bootstrap_servers})
+    producer.produce(case.topic, value=b'{"id": 1, "price": 12.5, "sku": "a"}', partition=0)
+    producer.flush(10)
+    assert case.ingest().outcome == "committed"
+    first_files = set(_files_under(catalog(case.settings).load_table(table)))
+
+    case.write_config(
+        columns=[
+            {"name": "id", "type": "bigint", "required": True},
+            {"name": "price", "type": "numeric(14,2)"},
+        ]
+    )
+    producer.produce(case.topic, value=f'{{"id": {2**40}, "price": 123456789012.25}}'.encode(), partition=0)
+    producer.flush(10)
+    logged: list[str] = []
+    assert job.run(case.settings, case.name, None, log=logged.append).outcome == "committed"
+
+    t = catalog(case.settings).load_table(table)
+    types = {f.name: str(f.field_type) for f in t.schema().fields}
+    assert (types["id"], types["price"], types["sku"]) == ("long", "decimal(14, 2)", "string")
+    assert first_files <= set(_files_under(t))  # promoted in the metadata: the first file is still read
+    rows = sorted((r["id"], r["price"], r["sku"]) for r in scan(case, table))
+    assert rows == [(1, Decimal("12.50"), "a"), (2**40, Decimal("123456789012.25"), None)]
+    assert verify_pipeline(case.settings, case.name).ok
+    assert any("widened column id from integer to bigint" in m for m in logged), logged
+
+    files = set(_files_under(t))
+    case.write_config(columns=[{"name": "id", "type": "double", "required": True}])
+    producer.produce(case.topic, value=b'{"id": 3}', partition=0)
+    producer.flush(10)
+    run = case.ingest_process()
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "column id is bigint in the target but declared double" in run.stderr
+    assert "Iceberg promotes only int to long" in run.stderr
+    assert set(_files_under(catalog(case.settings).load_table(table))) == files

@@ -15,6 +15,7 @@ from eosflow.rows import one_row
 
 if TYPE_CHECKING:  # a declaration loads the sinks, which import the ledger
     from eosflow.pipelines import Pipeline
+    from eosflow.schema.declaration import RecordSchema
 
 
 def positions(conn: psycopg.Connection, pipeline: str, topic: str) -> dict[int, int | None]:
@@ -168,6 +169,27 @@ def declaration_version(conn: psycopg.Connection, pipeline: Pipeline) -> int:
         version: int
         (version,) = one_row(inserted)
         return version
+
+
+def renamed_columns(conn: psycopg.Connection, pipeline: str, schema: RecordSchema) -> dict[str, str]:
+    """{new column: old column} for the columns the declaration renamed since the one recorded last
+    before it (each reading the source the other read; eosflow.schema.evolution.renames)."""
+    from eosflow.schema.declaration import DeclarationError, parse_path
+    from eosflow.schema.evolution import renames
+
+    fingerprint = hashlib.sha256(schema.canonical.encode()).hexdigest()
+    row = conn.execute(
+        "select declaration->'columns' from eosflow.declarations where pipeline = %s and fingerprint <> %s "
+        "order by version desc limit 1",
+        (pipeline, fingerprint),
+    ).fetchone()
+    before: dict[str, tuple[str | int, ...]] = {}
+    for column in (row[0] if row is not None else None) or []:
+        try:
+            before[column["name"]] = parse_path(column.get("source") or f"$.{column['name']}", "")
+        except (DeclarationError, KeyError, TypeError):
+            continue  # a column written as no declaration reads now: nothing to tell of it
+    return renames(before, {c.name: c.path for c in schema.columns})
 
 
 def committed_counts(conn: psycopg.Connection, batch_id: str) -> dict[tuple[str, int], tuple[int, int, int]]:

@@ -1,31 +1,21 @@
 """A schema's target table: the DDL that makes it, and what an existing table lacks or contradicts.
 
-Pure: eosflow.ledger.store runs the statements. An existing target is compared with the declaration
-column by column. A declared optional column it lacks is added (earlier rows read NULL); anything
-else that differs would change what committed rows mean, so it is refused with what to do.
+Pure: eosflow.sinks.postgres.target runs the statements. An existing target is compared with the
+declaration column by column, by the rules of eosflow.schema.evolution: what loses nothing becomes an
+ALTER TABLE; what would change what committed rows mean is refused with the statement that would do it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from psycopg import sql
 
+from eosflow.schema import evolution
 from eosflow.schema.declaration import RecordSchema
-
-# Postgres' format_type() spelling of each declared type's column, where it differs.
-_FORMATTED = {
-    "timestamptz": "timestamp with time zone",
-    "integer": "integer",
-    "double precision": "double precision",
-}
-
-
-def formatted(postgres_type: str) -> str:
-    """A declared column's type as format_type() prints it, for comparing with the catalog."""
-    if postgres_type.endswith("[]"):
-        return formatted(postgres_type[:-2]) + "[]"
-    return _FORMATTED.get(postgres_type, postgres_type)
+from eosflow.schema.evolution import Column, Kind, Problem, Refusal
+from eosflow.schema.types import parse_type
 
 
 def target_columns(schema: RecordSchema) -> list[tuple[str, str, bool]]:
@@ -83,44 +73,88 @@ class Existing:
     not_null: bool
 
 
-class IncompatibleTargetError(ValueError):
-    """The target holds committed rows of another shape; the message says what to do."""
+@dataclass(frozen=True)
+class Migration:
+    """The statements that bring a target to its declaration, and what the run's log says of them."""
+
+    statements: list[sql.Composed]
+    notes: list[str]
 
 
-def additions(
-    table: str, schema: RecordSchema, existing: list[Existing], pipeline: str
-) -> list[sql.Composed]:
-    """The ALTER TABLEs that bring `existing` to the declaration, or IncompatibleTargetError."""
+def spelling(postgres_type: str) -> str:
+    """A Postgres type (as declared or as format_type prints it) in the declaration's spelling."""
+    if postgres_type.endswith("[]"):
+        return spelling(postgres_type[:-2]) + "[]"
+    return _SPELLED.get(postgres_type, postgres_type)
+
+
+_SPELLED = {"timestamp with time zone": "timestamptz", "double precision": "double"}
+
+
+def migration(
+    table: str,
+    schema: RecordSchema,
+    existing: list[Existing],
+    pipeline: str,
+    renamed: Mapping[str, str] | None = None,
+) -> Migration:
+    """What brings `existing` to the declaration (docs/DESIGN.md, "Declarations that evolve"), or
+    IncompatibleTargetError naming each statement that would. renamed: {new column: old} (evolve's)."""
+    declared = [Column(name, spelling(t), not_null) for name, t, not_null in target_columns(schema)]
     have = {e.name: e for e in existing}
-    declared = target_columns(schema)
-    names = {name for name, _, _ in declared}
-    problems = []
-    adds = []
-    for name, pg_type, not_null in declared:
-        column = have.get(name)
-        if column is None:
-            if not_null:
-                problems.append(f"required column {name} is new (earlier rows have no value for it)")
-            else:
-                adds.append(
-                    sql.SQL("alter table {} add column {} {}").format(
-                        sql.Identifier(*table.split(".")), sql.Identifier(name), sql.SQL(pg_type)
-                    )
-                )
-            continue
-        if column.type != formatted(pg_type):
-            problems.append(f"column {name} is {column.type} in the table but declared {pg_type}")
-        elif not_null and not column.not_null:
-            problems.append(f"column {name} is declared required but the table allows NULL in it")
-    for e in existing:
-        if e.name not in names:
-            problems.append(f"column {e.name} is in the table but no longer declared")
-    if problems:
+    found = evolution.evolve(
+        declared,
+        [Column(e.name, spelling(e.type), e.not_null) for e in existing],
+        renamed=renamed,
+        keep_types=schema.changes is not None,
+    )
+    if found.refusals:
         raise IncompatibleTargetError(
             f"pipeline {pipeline!r}: the declaration does not fit {table}, which holds committed rows: "
-            + "; ".join(problems)
-            + ". Only adding optional columns migrates a target in place. Restore the declaration, or "
-            "re-ingest into a new table: declare a new pipeline (a new name and target_table), which reads "
-            "the topics from their start."
+            + "; ".join(f"{r} ({_remedy(table, r)})" for r in found.refusals)
+            + ". Or re-ingest into a new table: declare a new pipeline (a new name and target_table), "
+            "which reads the topics from their start."
         )
-    return adds
+    target = sql.Identifier(*table.split("."))
+    pg_types = {name: t for name, t, _ in target_columns(schema)}
+    statements, notes = [], []
+    for change in found.changes:
+        column = sql.Identifier(change.column)
+        if change.kind == Kind.ADD:
+            statement = "alter table {} add column {} {}"
+        elif change.kind == Kind.WIDEN:
+            statement = "alter table {} alter column {} type {}"
+        elif change.kind == Kind.RELAX or have[change.column].not_null:
+            statement = "alter table {} alter column {} drop not null"
+        else:  # retired before: nothing left to do but say it
+            notes.append(f"{table}: {change}")
+            continue
+        type_ = pg_types.get(change.column, "")
+        statements.append(sql.SQL(statement).format(target, column, sql.SQL(type_)))
+        notes.append(f"{table}: {change}")
+    return Migration(statements, notes)
+
+
+def _remedy(table: str, refusal: Refusal) -> str:
+    """The statement that makes the target fit, as a user would run it (names and types are validated)."""
+    column = refusal.column
+    if refusal.problem == Problem.TYPE:
+        want = refusal.want or ""
+        postgres = parse_type(want).postgres
+        rounds = ""
+        h, w = evolution.numeric(refusal.have or ""), evolution.numeric(want)
+        if h and w and w[1] < h[1]:
+            rounds = f"; it rounds every value to {w[1]} decimals"
+        return (
+            f"`alter table {table} alter column {column} type {postgres} using {column}::{postgres}` "
+            f"makes it fit if every stored value converts: Postgres refuses it otherwise{rounds}"
+        )
+    if refusal.problem == Problem.REQUIRED:
+        return f"`alter table {table} alter column {column} set not null`, refused while a row holds NULL"
+    if refusal.problem == Problem.RENAMED:
+        return f"`alter table {table} rename column {refusal.have} to {column}` keeps every row's value"
+    return "declare it optional"
+
+
+class IncompatibleTargetError(ValueError):
+    """The target holds committed rows of another shape; the message says what to do."""

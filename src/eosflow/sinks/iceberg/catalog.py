@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -51,7 +52,12 @@ def load(settings: Settings, name: str) -> Table:
 
 
 def ensure_table(
-    cat: Catalog, name: str, columns: list[tuple[str, pa.DataType]], log, key: tuple[str, ...] = ()
+    cat: Catalog,
+    name: str,
+    columns: list[tuple[str, pa.DataType]],
+    log,
+    key: tuple[str, ...] = (),
+    renamed: Mapping[str, str] | None = None,
 ) -> Table:
     """The table, made from the declaration (partitioned by day of the Kafka timestamp), or evolved:
     declared columns it lacks are added as optional ones; a table another writer changed so that eosflow's
@@ -91,7 +97,7 @@ def ensure_table(
         log(f"created Iceberg table {name} at {table.location()}, partitioned by day of kafka_timestamp")
         return table
     _refuse_incompatible(table, state=bool(key))
-    _evolve(table, wanted, log)
+    _evolve(table, wanted, log, keep_types=bool(key), renamed=renamed)
     if table.properties.get("commit.retry.num-retries") != "0":
         with table.transaction() as tx:
             tx.set_properties(NO_RETRIES)
@@ -141,25 +147,71 @@ def arrow_schema(columns: list[tuple[str, pa.DataType]], key: tuple[str, ...] = 
     return pa.schema([pa.field(n, t, nullable=n not in required) for n, t in columns])
 
 
-def _evolve(table: Table, wanted: pa.Schema, log) -> None:
-    have = {f.name: f.field_type for f in table.schema().fields}
+def _evolve(
+    table: Table, wanted: pa.Schema, log, keep_types: bool = False, renamed: Mapping[str, str] | None = None
+) -> None:
+    """The table brought to the declaration by Iceberg's own schema evolution (docs/DESIGN.md,
+    "Declarations that evolve"): a new optional column, a type promotion Iceberg allows, a column made
+    optional; a column no longer declared kept, NULL in eosflow's files from now on. Else refused."""
+    from eosflow.schema import evolution
+    from eosflow.schema.evolution import Column, Kind
+
     name = ".".join(table.name())
-    changed = [
-        f"{f.name} is {have[f.name]}, declared {_iceberg_type(f.type)}"
-        for f in wanted
-        if f.name in have and have[f.name] != _iceberg_type(f.type)
-    ]
-    if changed:
+    fields = table.schema().fields
+    found = evolution.evolve(
+        [Column(f.name, _spelling(_iceberg_type(f.type)), not f.nullable) for f in wanted],
+        [Column(f.name, _spelling(f.field_type), f.required) for f in fields],
+        widening=evolution.iceberg_promotes,
+        renamed=renamed,
+        keep_types=keep_types,
+    )
+    if found.refusals:
         raise PipelineConfigError(
-            f"Iceberg table {name}: {'; '.join(changed)}. A column's type cannot change in place: "
-            "declare a new column (or a new table), or keep the type"
+            f"Iceberg table {name}: "
+            + "; ".join(f"{r} ({_remedy(name, r)})" for r in found.refusals)
+            + ". Or point the pipeline at a new table and backfill it"
         )
-    missing = [f for f in wanted if f.name not in have]
-    if missing:
+    types = {f.name: _iceberg_type(f.type) for f in wanted}
+    required = {f.name for f in fields if f.required}
+    applied = [c for c in found.changes if c.kind != Kind.RETIRE or c.column in required]
+    if applied:
         with table.update_schema() as update:
-            for f in missing:
-                update.add_column(f.name, _iceberg_type(f.type))
-        log(f"{name}: added optional column(s) {', '.join(f.name for f in missing)}")
+            for change in applied:
+                if change.kind == Kind.ADD:
+                    update.add_column(change.column, types[change.column])
+                elif change.kind == Kind.WIDEN:
+                    update.update_column(change.column, field_type=types[change.column])
+                else:  # RELAX, or a required column no longer declared
+                    update.make_column_optional(change.column)
+    for change in found.changes:
+        log(f"{name}: {change}")
+
+
+def _spelling(iceberg_type) -> str:
+    """An Iceberg type in the declaration's spelling where the rules tell types apart (its own otherwise:
+    text, uuid and jsonb are all strings to Iceberg, and a change among them changes no file)."""
+    from pyiceberg.types import DecimalType, DoubleType, IntegerType, LongType
+
+    if isinstance(iceberg_type, DecimalType):
+        return f"numeric({iceberg_type.precision},{iceberg_type.scale})"
+    if isinstance(iceberg_type, IntegerType):
+        return "integer"
+    if isinstance(iceberg_type, LongType):
+        return "bigint"
+    return "double" if isinstance(iceberg_type, DoubleType) else str(iceberg_type)
+
+
+def _remedy(table: str, refusal) -> str:
+    from eosflow.schema.evolution import Problem
+
+    if refusal.problem == Problem.TYPE:
+        return "Iceberg promotes only int to long and a decimal to more precision at the same scale"
+    if refusal.problem == Problem.RENAMED:
+        return (
+            f"rename it in an engine, e.g. Spark's `ALTER TABLE {table} RENAME COLUMN {refusal.have} TO "
+            f"{refusal.column}`, which keeps every row's value"
+        )
+    return "declare it optional"
 
 
 def _iceberg_type(arrow_type: pa.DataType):

@@ -80,7 +80,7 @@ class IcebergSink(Sink):
 
     def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
         """The table made (or evolved) from the declaration; the ledger caught up with the table."""
-        from eosflow.ledger import mirror
+        from eosflow.ledger import mirror, store
         from eosflow.schema.arrow import valid_columns
         from eosflow.sinks.iceberg import catalog, state, storage
         from eosflow.sinks.iceberg.config import CatalogConfig
@@ -96,7 +96,8 @@ class IcebergSink(Sink):
                 columns, key = valid_columns(schema), ()
             else:  # the table is the state: a row per key (state.py)
                 columns, key = state.columns(schema, self.deletes is Deletes.SOFT), schema.primary_key
-            table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log, key)
+            renamed = store.renamed_columns(conn, pipeline.name, pipeline.schema)
+            table = catalog.ensure_table(config.load(), self.iceberg_table, columns, log, key, renamed)
             storage.probe(table)
         # The table is read only once reconcile has read the ledger: the table commits before the
         # ledger mirrors, so a table read after the ledger is never behind it, whatever another run

@@ -105,7 +105,7 @@ class PostgresSink(Sink):
         """The target made (or evolved) from the declaration; staging a crashed run left, swept."""
         from eosflow.sinks.postgres import target
 
-        target.ensure_target(conn, pipeline)
+        target.ensure_target(conn, pipeline, log)
         if self.state_table:
             from eosflow.sinks.postgres.state import ensure_state_table
 

@@ -13,6 +13,7 @@ from psycopg import sql
 
 from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
+from eosflow.ledger import store
 from eosflow.rows import one_row
 from eosflow.schema import ddl
 from eosflow.sinks.protocol import Pipeline
@@ -136,12 +137,10 @@ def sweep_staging(conn: psycopg.Connection, log: Callable[[str], None] = lambda 
     return swept
 
 
-def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
-    """The pipeline's output table as declared: made if missing, optional columns added if new.
-
-    Anything else that differs from the declaration is refused (eosflow.schema.ddl), before a
-    record is read.
-    """
+def ensure_target(conn: psycopg.Connection, pipeline: Pipeline, log: Callable[[str], None]) -> None:
+    """The pipeline's output table as declared: made if missing, else brought to the declaration where
+    that loses nothing (eosflow.schema.ddl.migration: a new optional column, a widening, a NOT NULL
+    dropped); anything else is refused before a record is read."""
     schema, table = pipeline.target_table.split(".")
     target = sql.Identifier(schema, table)
     keyed = pipeline.delivery == Delivery.EXACTLY_ONCE
@@ -153,16 +152,19 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline) -> None:
         conn.execute(sql.SQL("create schema if not exists {}").format(sql.Identifier(schema)))
         conn.execute(ddl.create_table(pipeline.target_table, pipeline.schema, keyed=keyed))
         try:
-            statements = ddl.additions(
+            migration = ddl.migration(
                 pipeline.target_table,
                 pipeline.schema,
                 _existing_columns(conn, pipeline.target_table),
                 pipeline.name,
+                renamed=store.renamed_columns(conn, pipeline.name, pipeline.schema),
             )
         except ddl.IncompatibleTargetError as exc:
             raise PipelineConfigError(str(exc)) from None
-        for statement in statements:
+        for statement in migration.statements:
             conn.execute(statement)
+        for note in migration.notes:
+            log(note)
         if not keyed:
             # The comparison modes write where a plain consumer would: a table without the offsets'
             # key, so the duplicates at-least-once produces land and can be counted, not refused.
