@@ -5,6 +5,7 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 
 import pytest
 import yaml
@@ -72,9 +73,15 @@ def shared_airflow(running_stack, tmp_path_factory):
     assert first.returncode == 0, first.stderr[-2000:]
     served = root / "served.yml"
     served.write_text(yaml.safe_dump({"pipelines": {p.name: p.spec for p in (pipeline, woken)}}))
+    lineage = root / "openlineage.jsonl"
     env = {
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{airflow_local.ADMIN_USER}:admin,{OUTSIDER}:",
         "EOSFLOW_INGEST_INTERVAL_MINUTES": str(24 * 60),
+        # Airflow's OpenLineage provider, configured as its users configure it, into a file a test reads.
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(lineage), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "team-airflow",
     }
     server = standalone.start(running_stack, root / "state", served, env=env)
     try:
@@ -82,7 +89,7 @@ def shared_airflow(running_stack, tmp_path_factory):
         # compete with the first test for the CPU, and ingest records a test produced to see lag.
         for each in (pipeline, woken):
             settled(server, f"eosflow_ingest_{each.name}", timeout=600)
-        yield server, pipeline, woken
+        yield server, pipeline, woken, lineage
     finally:
         standalone.stop(server)  # the wake group stays, like the topics: the broker expires it (retention)
 
@@ -90,15 +97,21 @@ def shared_airflow(running_stack, tmp_path_factory):
 @pytest.fixture(scope="package")
 def airflow_server(shared_airflow):
     """The shared standalone and its pipeline with committed data."""
-    server, pipeline, _ = shared_airflow
+    server, pipeline, _, _ = shared_airflow
     return server, pipeline
 
 
 @pytest.fixture(scope="package")
 def woken(shared_airflow):
     """The shared standalone and its pipeline that wakes on records (its topic made, nothing produced)."""
-    server, _, woken = shared_airflow
+    server, _, woken, _ = shared_airflow
     return server, woken
+
+
+@pytest.fixture(scope="package")
+def openlineage_file(shared_airflow) -> Path:
+    """Where the shared standalone's OpenLineage provider writes its events (one JSON per line)."""
+    return shared_airflow[3]
 
 
 class TaskOutcomes:

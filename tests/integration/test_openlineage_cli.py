@@ -58,3 +58,39 @@ def test_an_ingest_with_no_openlineage_configuration_sends_nothing_and_says_noth
     done = case.ingest_process("--run-id", "quiet-1", HOME=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "openlineage" not in (done.stderr + done.stdout).lower()
+
+
+def test_a_backfill_reports_each_chunk_as_a_run_of_its_own(case, tmp_path):
+    """`eosflow backfill`: a chunk is a batch with its own commit, so it is an OpenLineage run of its own:
+    START and COMPLETE per chunk, the job `<pipeline>.backfill`, the chunk's range in eosflow's facet."""
+    import subprocess
+    import sys
+
+    case.produce(30, seed=83, partitions=1)
+    assert case.ingest().outcome == "committed"
+    sent = tmp_path / "lineage.jsonl"
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "file",
+        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
+        "OPENLINEAGE__TRANSPORT__APPEND": "true",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "eosflow.cli", "backfill", "--pipeline", case.name, "--mode", "replay"]
+        + ["--partitions", "0", "--from-offset", "0", "--to-offset", "30", "--chunk-size", "15"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=case.env() | env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = _events(sent)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE", "START", "COMPLETE"]
+    for event in events:
+        _validate(event)
+        assert event["job"]["name"] == f"{case.name}.backfill"
+    assert events[0]["run"]["runId"] == events[1]["run"]["runId"] != events[2]["run"]["runId"]
+    chunks = [e["run"]["facets"]["eosflow_run"] for e in events[1::2]]
+    assert [(f["planKind"], [(r["start"], r["end"]) for r in f["ranges"]]) for f in chunks] == [
+        ("replay", [(0, 15)]),
+        ("replay", [(15, 30)]),
+    ]

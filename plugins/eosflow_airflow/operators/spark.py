@@ -18,6 +18,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -189,6 +190,51 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
     def _pipeline(self) -> str | None:
         args = [str(a) for a in self.application_args or []]
         return args[args.index("--pipeline") + 1] if "--pipeline" in args[:-1] else None
+
+    # Lineage for Airflow's OpenLineage provider (docs/DESIGN.md, Orchestration: "OpenLineage"): its
+    # listener calls these, when it is installed and configured, around the task; the job named by the
+    # provider (`<dag_id>.<task_id>`), the rest as `eosflow ingest` reports it. The errorMessage of a
+    # failure is the provider's own.
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self._operator_lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._operator_lineage(task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self._operator_lineage(None)
+
+    def _operator_lineage(self, task_instance: Any) -> Any:
+        """The task's datasets and, once it ran, its batch as the ledger recorded it (the job ran in
+        spark-submit's process, or in this one on a Spark Connect server: the ledger has it either way)."""
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from eosflow import pipelines
+        from eosflow.ledger.ranges import batch_id_for
+        from eosflow.observe.openlineage import RunLineage
+        from eosflow.runners.summary import recorded
+        from eosflow.spark import job_main
+
+        args = job_main.parse([str(a) for a in self.application_args or []])
+        settings = EosflowHook().settings()
+        try:
+            pipeline = pipelines.load(settings, args.pipeline)
+        except pipelines.PipelineConfigError:
+            return None  # a database entry: its members are runs of their own (not yet reported)
+        lineage = RunLineage(settings, pipeline, "backfill" if args.range is not None else "ingest")
+        run_facets: dict[str, Any] = {}
+        output_facets: dict[str, Any] = {}
+        if task_instance is not None:
+            batch = batch_id_for(
+                pipeline.name, args.run_id or task_instance.run_id, args.range, args.mode or "ingest"
+            )
+            with psycopg.connect(settings.warehouse_dsn) as conn:
+                summary = recorded(conn, pipeline.name, batch)
+            if summary is not None:
+                run_facets, output_facets = lineage.completion(summary)
+        inputs, outputs = lineage.datasets(output_facets)
+        return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets)
 
 
 def ingest_task(pipeline_name: str, **kwargs: Any) -> EosflowSparkSubmitOperator:

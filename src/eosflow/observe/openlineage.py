@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
@@ -147,6 +147,10 @@ class RunLineage:
         return self._event("START", {}, {})
 
     def complete(self, summary: RunSummary) -> Any:
+        return self._event("COMPLETE", *self.completion(summary))
+
+    def completion(self, summary: RunSummary) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The run's facets and the output's once it ended: eosflow's facet, and the rows written."""
         from openlineage.client.facet_v2 import output_statistics_output_dataset as stats
 
         written = sum(c.written for c in summary.counts.values())
@@ -156,7 +160,7 @@ class RunLineage:
                 rowCount=written, producer=producer()
             )
         }
-        return self._event("COMPLETE", run, out)
+        return run, out
 
     def fail(self, message: str) -> Any:
         from openlineage.client.facet_v2 import error_message_run
@@ -164,30 +168,37 @@ class RunLineage:
         error = error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())
         return self._event("FAIL", {"errorMessage": error}, {})
 
+    def datasets(self, output_facets: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+        """The run's inputs (its topics) and output (its sink's) in OpenLineage's naming, with facets."""
+        from openlineage.client import event_v2
+
+        inputs = [kafka_topic(self.settings, t) for t in self.pipeline.topics]
+        output = from_uri(self.pipeline.sink.output_uri(self.settings))
+        outputs = [
+            event_v2.OutputDataset(
+                output.namespace,
+                output.name,
+                outputFacets=dict(output_facets),
+                facets=_column_facets(self.pipeline, inputs),
+            )
+        ]
+        return [event_v2.InputDataset(n.namespace, n.name) for n in inputs], outputs
+
     def _event(self, kind: str, run_facets: Mapping[str, Any], output_facets: Mapping[str, Any]) -> Any:
         from openlineage.client import event_v2
         from openlineage.client.facet_v2 import job_type_job
 
-        inputs = [kafka_topic(self.settings, t) for t in self.pipeline.topics]
-        output = from_uri(self.pipeline.sink.output_uri(self.settings))
+        inputs, outputs = self.datasets(output_facets)
         job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
-        event = event_v2.RunEvent(
+        return event_v2.RunEvent(
             eventType=event_v2.RunState[kind],
             eventTime=datetime.now(UTC).isoformat(),
             run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
             job=event_v2.Job(namespace=namespace(), name=self.job_name, facets={"jobType": job_type}),
             producer=producer(),
-            inputs=[event_v2.InputDataset(n.namespace, n.name) for n in inputs],
-            outputs=[
-                event_v2.OutputDataset(
-                    output.namespace,
-                    output.name,
-                    outputFacets=dict(output_facets),
-                    facets=_column_facets(self.pipeline, inputs),
-                )
-            ],
+            inputs=inputs,
+            outputs=outputs,
         )
-        return event
 
 
 def as_json(event: Any) -> dict[str, Any]:
@@ -301,3 +312,30 @@ class Report:
         if self.emitter is not None:
             self.emitter.close()
             self.emitter = None
+
+
+@contextlib.contextmanager
+def reporting(
+    settings: Settings, pipeline_name: str, job_kind: str, log: Callable[[str], None], enabled: bool = True
+) -> Iterator[Callable[[RunSummary], None]]:
+    """One run inside: START on entering, FAIL if it raises (the exception goes on), COMPLETE when the body
+    calls what it is given with the run's summary. `enabled=False`: nothing is sent (Airflow's tasks)."""
+    from eosflow.runners.outcomes import EXIT, reported
+
+    report = Report(settings, pipeline_name, job_kind, log) if enabled else None
+    finished: list[RunSummary] = []
+    try:
+        yield finished.append
+    except tuple(EXIT) as exc:
+        if report is not None:
+            report.failed(reported(exc)[1])
+        raise
+    except BaseException as exc:
+        if report is not None:
+            report.failed(f"{type(exc).__name__}: {exc}")
+        raise
+    if report is not None:
+        if finished:
+            report.completed(finished[-1])
+        else:  # the body returned without a summary (a database entry's members report their own)
+            report._close()

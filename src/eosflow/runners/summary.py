@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import psycopg
+
 from eosflow.ledger.positions import PartitionCounts
 from eosflow.ledger.ranges import PartitionPlan, Plan
 
@@ -57,3 +59,17 @@ class RunSummary:
         note = f"  lost [{part.lost.start}, {part.lost.end})" if part.lost else ""
         note += "  (first range)" if part.first_seen else ""
         return f"  {f'{r.topic}[{r.partition}]':<24}{''.join(cells)}{part.lag_after:>{_NUM},}{note}"
+
+
+def recorded(conn: psycopg.Connection, pipeline: str, batch_id: str) -> RunSummary | None:
+    """A batch's summary as the ledger holds it (for a process that did not run it: Airflow's lineage of a
+    Spark task that ran in spark-submit's); None when it was never planned."""
+    from eosflow.ledger import positions, store
+
+    loaded = store.load_plan(conn, batch_id)
+    if loaded is None:
+        return None
+    plan, status = loaded
+    counts = {key: PartitionCounts(*c) for key, c in store.committed_counts(conn, batch_id).items()}
+    outcome = positions.COMMITTED if status == "committed" else status
+    return RunSummary(pipeline, batch_id, outcome, plan, counts)

@@ -81,36 +81,30 @@ def execute(
     if args.range is not None and (args.mode is None or args.run_id is None):
         say("--range needs --mode and --run-id")
         return 2  # refused before a run begins: no lineage either
-    report = None
-    if lineage:
-        from eosflow.observe.openlineage import Report
+    from eosflow.observe.openlineage import reporting
 
-        report = Report(settings, args.pipeline, "backfill" if args.range is not None else "ingest", say)
+    kind = "backfill" if args.range is not None else "ingest"
     try:
-        if args.range is not None:
-            summary = backfill_run.run_chunk(settings, args.pipeline, args.run_id, args.range, args.mode, say)
-        elif (entry := database.database_entry(settings, args.pipeline)) is not None:
-            done = database.run(
-                settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, say
-            )
-            print(done.table(), flush=True)
-            return done.exit_code
-        else:
-            summary = job.run(
-                settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, say
-            )
+        with reporting(settings, args.pipeline, kind, say, enabled=lineage) as completed:
+            if args.range is not None:
+                summary = backfill_run.run_chunk(
+                    settings, args.pipeline, args.run_id, args.range, args.mode, say
+                )
+            elif (entry := database.database_entry(settings, args.pipeline)) is not None:
+                done = database.run(
+                    settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, say
+                )
+                print(done.table(), flush=True)
+                return done.exit_code
+            else:
+                summary = job.run(
+                    settings, args.pipeline, args.run_id, args.max_records, args.acknowledge_data_loss, say
+                )
+            completed(summary)
     except tuple(EXIT) as exc:
         code, line = reported(exc)
         say(line)
-        if report is not None:
-            report.failed(line)
         return code
-    except BaseException as exc:
-        if report is not None:
-            report.failed(f"{type(exc).__name__}: {exc}")
-        raise
-    if report is not None:
-        report.completed(summary)
     print(summary.table(), flush=True)
     return 0
 
