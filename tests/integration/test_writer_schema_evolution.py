@@ -4,8 +4,9 @@ The producer's writer schema evolves under the registry's BACKWARD rule (Avro: `
 an optional field added; Protobuf: an optional field added, its quantity an int64 all along) and its
 quantities outgrow 32 bits; the declaration widens the column from integer to bigint. (Protobuf's int32 to
 int64, compatible on the wire and in Confluent's registry, is refused as not BACKWARD-compatible by the
-stack's registry, Apicurio, with HTTP 409: so it is not what this test registers.) Records of both writer schemas, interleaved in one range, land;
-a replay across the evolution gives the same rows; the invariants hold throughout.
+stack's registry, Apicurio, with HTTP 409: so it is not what this test registers.) Records of both writer
+schemas, interleaved in one range, land; a replay across the evolution gives the same rows; the invariants
+hold throughout.
 """
 
 from __future__ import annotations
@@ -119,9 +120,7 @@ def _line(schema_id: int, id_: str, qty: int, note: str | None = None) -> bytes:
     return header(schema_id) + body
 
 
-def test_a_protobuf_writer_schema_gaining_a_field_lands_under_a_widened_declaration(
-    case, schema_registry
-):
+def test_a_protobuf_writer_schema_gaining_a_field_lands_under_a_widened_declaration(case, schema_registry):
     declare(case, format="protobuf", columns=_columns("integer"), business_key=None)
     case.settings = dataclasses.replace(case.settings, schema_registry_url=schema_registry.url)
     registry = SchemaRegistry(schema_registry)
