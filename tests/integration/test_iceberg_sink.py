@@ -580,8 +580,8 @@ def test_a_run_killed_mid_upload_to_object_storage_is_retried_into_every_record_
 
 def test_a_widening_and_a_removed_column_apply_by_iceberg_promotion_and_lose_nothing(case):
     """docs/DESIGN.md, "Declarations that evolve", on Iceberg: int to long and a decimal's precision by
-    Iceberg's own promotion (no file rewritten), a column removed kept and NULL; integer to double, which
-    Iceberg cannot promote, refused before a file is written."""
+    Iceberg's own promotion (no file rewritten), a column removed kept and NULL; a narrowing, and integer to
+    double, which Iceberg cannot promote, refused before a file is written."""
     from eosflow.sinks.iceberg.catalog import catalog
 
     table = as_iceberg_sink(case)
@@ -620,12 +620,14 @@ def test_a_widening_and_a_removed_column_apply_by_iceberg_promotion_and_lose_not
     assert verify_pipeline(case.settings, case.name).ok
     assert any("widened column id from integer to bigint" in m for m in logged), logged
 
+    # A narrowing, and integer to double (no promotion of Iceberg's): refused, not a file written.
     files = set(_files_under(t))
-    case.write_config(columns=[{"name": "id", "type": "double", "required": True}])
     producer.produce(case.topic, value=b'{"id": 3}', partition=0)
     producer.flush(10)
-    run = case.ingest_process()
-    assert run.returncode == 2, run.stderr[-3000:]
-    assert "column id is bigint in the target but declared double" in run.stderr
-    assert "Iceberg promotes only int to long" in run.stderr
-    assert set(_files_under(catalog(case.settings).load_table(table))) == files
+    for declared in ("integer", "double"):
+        case.write_config(columns=[{"name": "id", "type": declared, "required": True}])
+        run = case.ingest_process()
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"column id is bigint in the target but declared {declared}" in run.stderr
+        assert "Iceberg promotes only int to long" in run.stderr
+        assert set(_files_under(catalog(case.settings).load_table(table))) == files

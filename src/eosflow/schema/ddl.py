@@ -117,21 +117,18 @@ def migration(
         )
     target = sql.Identifier(*table.split("."))
     pg_types = {name: t for name, t, _ in target_columns(schema)}
-    statements, notes = [], []
+    statements: list[sql.Composed] = []
+    notes: list[str] = []
     for change in found.changes:
         column = sql.Identifier(change.column)
+        type_ = sql.SQL(pg_types.get(change.column, ""))  # validated by the declaration (types.parse_type)
         if change.kind == Kind.ADD:
-            statement = "alter table {} add column {} {}"
+            statements.append(sql.SQL("alter table {} add column {} {}").format(target, column, type_))
         elif change.kind == Kind.WIDEN:
-            statement = "alter table {} alter column {} type {}"
+            statements.append(sql.SQL("alter table {} alter column {} type {}").format(target, column, type_))
         elif change.kind == Kind.RELAX or have[change.column].not_null:
-            statement = "alter table {} alter column {} drop not null"
-        else:  # retired before: nothing left to do but say it
-            notes.append(f"{table}: {change}")
-            continue
-        type_ = pg_types.get(change.column, "")
-        statements.append(sql.SQL(statement).format(target, column, sql.SQL(type_)))
-        notes.append(f"{table}: {change}")
+            statements.append(sql.SQL("alter table {} alter column {} drop not null").format(target, column))
+        notes.append(f"{table}: {change}")  # a column retired before: nothing left to do but say it
     return Migration(statements, notes)
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
+    from eosflow.schema.evolution import Refusal
+
 Key = tuple[str, int]
 POSITION = "eosflow.position."
 _POSITION_KEY = re.compile(r"^eosflow\.position\.(.+)\[(\d+)\]$")
@@ -59,9 +61,10 @@ def ensure_table(
     key: tuple[str, ...] = (),
     renamed: Mapping[str, str] | None = None,
 ) -> Table:
-    """The table, made from the declaration (partitioned by day of the Kafka timestamp), or evolved:
-    declared columns it lacks are added as optional ones; a table another writer changed so that eosflow's
-    files no longer fit (a column's type, a Kafka coordinate made optional, the partition spec) is refused.
+    """The table, made from the declaration (partitioned by day of the Kafka timestamp), or evolved to it by
+    the declaration's rules (_evolve; renamed: {new column: old} from the ledger's declarations); a table
+    another writer changed so that eosflow's files no longer fit (a Kafka coordinate gone or made optional,
+    the partition spec) is refused.
 
     With a primary `key`, a change stream's state table (state.py): unpartitioned (its rows are keys, not
     days; eosflow appends its rows through PyIceberg, so any spec another writer sets fits), the key's
@@ -201,7 +204,8 @@ def _spelling(iceberg_type) -> str:
     return "double" if isinstance(iceberg_type, DoubleType) else str(iceberg_type)
 
 
-def _remedy(table: str, refusal) -> str:
+def _remedy(table: str, refusal: Refusal) -> str:
+    """What makes the table fit, in Iceberg's terms (it cannot narrow: only a new table does)."""
     from eosflow.schema.evolution import Problem
 
     if refusal.problem == Problem.TYPE:
