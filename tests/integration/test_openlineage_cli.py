@@ -94,3 +94,70 @@ def test_a_backfill_reports_each_chunk_as_a_run_of_its_own(case, tmp_path):
         ("replay", [(0, 15)]),
         ("replay", [(15, 30)]),
     ]
+
+
+def test_a_stream_reports_its_life_as_one_run_its_micro_batches_in_summary(case, tmp_path):
+    """`eosflow stream`: START when it starts, COMPLETE when SIGTERM stops it, one run for all its
+    micro-batches: each partition's range from its first committed offset to its last, the counts summed,
+    the job `<pipeline>.stream`, STREAMING."""
+    from tests.integration.test_stream import Stream
+
+    sent = tmp_path / "lineage.jsonl"
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "file",
+        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
+        "OPENLINEAGE__TRANSPORT__APPEND": "true",
+    }
+    case.produce(20, seed=84, partitions=2)
+    stream = Stream(case, tmp_path / "stream.log", **env)
+
+    def rows() -> int:  # 0 until the stream's first batch made the table
+        made = case.query("select to_regclass(%s) is not null", case.table) == [(True,)]
+        return case.query(f"select count(*) from {case.table}")[0][0] if made else 0
+
+    stream.wait_for(lambda: rows() == 20)
+    more = case.produce(15, seed=85, partitions=2)
+    stream.wait_for(lambda: rows() == 20 + len(more.visible()))
+    assert stream.stop() == 0, stream.output()[-3000:]
+
+    events = _events(sent)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"], stream.output()[-3000:]
+    for event in events:
+        _validate(event)
+        assert event["job"]["name"] == f"{case.name}.stream"
+        assert event["job"]["facets"]["jobType"]["processingType"] == "STREAMING"
+    facet = events[1]["run"]["facets"]["eosflow_run"]
+    assert facet["planKind"] == "stream" and facet["outcome"] == "stopped"
+    spans = f"select kafka_partition, min(kafka_offset), max(kafka_offset) + 1 from {case.table} group by 1"
+    committed = {p: (lo, end) for p, lo, end in case.query(spans)}
+    assert {r["partition"]: (r["start"], r["end"]) for r in facet["ranges"]} == committed
+    assert sum(r["written"] for r in facet["ranges"]) == 20 + len(more.visible())
+
+
+def test_a_publish_reports_its_outbox_table_in_and_its_topic_out(case, tmp_path):
+    """`eosflow publish`: the outbox table (Postgres' naming) as the input, the topic as the output, and
+    what it published in eosflow's publish facet."""
+    import psycopg
+
+    from tests.outbox import Outbox
+
+    outbox = Outbox(case)
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        outbox.insert(conn, 7)
+    sent = tmp_path / "lineage.jsonl"
+    done = outbox.cli(
+        OPENLINEAGE__TRANSPORT__TYPE="file",
+        OPENLINEAGE__TRANSPORT__LOG_FILE_PATH=str(sent),
+        OPENLINEAGE__TRANSPORT__APPEND="true",
+    )
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err[-3000:]
+    events = _events(sent)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    for event in events:
+        _validate(event)
+        assert event["job"]["name"] == f"{case.name}.publish"
+        assert [d["name"] for d in event["inputs"]] == [f"{case.settings.pg_database}.{outbox.table}"]
+        assert [d["name"] for d in event["outputs"]] == [outbox.topic]
+    facet = events[1]["run"]["facets"]["eosflow_publish"]
+    assert (facet["rows"], facet["rejected"]) == (7, 0) and facet["position"].endswith("/7")

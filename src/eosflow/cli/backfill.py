@@ -7,7 +7,7 @@ import sys
 
 from eosflow import settings as settings_mod
 from eosflow.ledger.backfill import MODES, BackfillError, BackfillRequest
-from eosflow.observe.openlineage import reporting
+from eosflow.observe.openlineage import pipeline_run, reporting
 from eosflow.runners import backfill_run, job
 from eosflow.runners.outcomes import EXIT, reported
 
@@ -57,7 +57,7 @@ def execute(args: argparse.Namespace, settings: settings_mod.Settings | None = N
         for i, chunk in enumerate(chunks, 1):
             log(f"chunk {i}/{len(chunks)}: {request.mode} {chunk}")
             # Each chunk is a run of its own (its batch, its commit): its own OpenLineage run too.
-            with reporting(settings, request.pipeline, "backfill", log) as completed:
+            with reporting(pipeline_run(settings, request.pipeline, "backfill"), log) as completed:
                 summary = backfill_run.run_chunk(settings, request.pipeline, run_id, chunk, request.mode, log)
                 completed(summary)
             print(summary.table(), flush=True)

@@ -124,15 +124,19 @@ def cmd_publish(args: argparse.Namespace) -> int:
     stop = []
     # SIGTERM ends the loop between batches: the batch in flight commits or was never begun.
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    from eosflow.observe.openlineage import PublishLineage, reporting
+
     try:
-        summary = publish(
-            settings,
-            publisher,
-            follow=args.follow,
-            max_seconds=args.max_seconds,
-            log=_log,
-            should_stop=lambda: bool(stop),
-        )
+        with reporting(lambda: PublishLineage(settings, publisher), _log) as completed:
+            summary = publish(
+                settings,
+                publisher,
+                follow=args.follow,
+                max_seconds=args.max_seconds,
+                log=_log,
+                should_stop=lambda: bool(stop),
+            )
+            completed(summary)
     except PipelineConfigError as exc:
         _error(exc)
         return 2

@@ -87,8 +87,14 @@ def execute(args: argparse.Namespace) -> int:
         args.max_seconds,
         args.every_batch,
     )
+    from eosflow.observe.openlineage import pipeline_run, reporting
+
+    settings = settings_mod.load()
     try:
-        stream(settings_mod.load(), args.pipeline, options, stop, log)
+        # One OpenLineage run for the stream's life, its micro-batches in summary (docs/DESIGN.md).
+        with reporting(pipeline_run(settings, args.pipeline, "stream"), log) as completed:
+            status = stream(settings, args.pipeline, options, stop, log)
+            completed(status.summary(args.pipeline))
     except tuple(EXIT) as exc:
         code, line = reported(exc)
         log(line)

@@ -17,18 +17,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from eosflow.pipelines import Pipeline
+    from eosflow.publish.declaration import Publisher
+    from eosflow.publish.run import PublishSummary
     from eosflow.runners.summary import RunSummary
     from eosflow.settings import Settings
 
 NAMESPACE_ENV = "OPENLINEAGE_NAMESPACE"
 DEFAULT_NAMESPACE = "eosflow"
 FACET_SCHEMA = Path(__file__).with_name("EosflowRunFacet.json")
-FACET_SCHEMA_URL = "urn:eosflow:openlineage:1-0-0:EosflowRunFacet#/$defs/EosflowRunFacet"  # the file's $id
+FACET_SCHEMA_URL = "urn:eosflow:openlineage:1-1-0:EosflowRunFacet#/$defs/EosflowRunFacet"  # the file's $id
+PUBLISH_FACET_SCHEMA = Path(__file__).with_name("EosflowPublishRunFacet.json")
+PUBLISH_FACET_SCHEMA_URL = (
+    "urn:eosflow:openlineage:1-0-0:EosflowPublishRunFacet#/$defs/EosflowPublishRunFacet"  # the file's $id
+)
 
 
 def producer() -> str:
@@ -133,7 +139,7 @@ class RunLineage:
 
     settings: Settings
     pipeline: Pipeline
-    job_kind: str  # ingest | backfill
+    job_kind: str  # ingest | backfill | stream
     run_id: str = ""
 
     def __post_init__(self) -> None:
@@ -189,7 +195,8 @@ class RunLineage:
         from openlineage.client.facet_v2 import job_type_job
 
         inputs, outputs = self.datasets(output_facets)
-        job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
+        processing = "STREAMING" if self.job_kind == "stream" else "BATCH"
+        job_type = job_type_job.JobTypeJobFacet(processing, "EOSFLOW", "JOB", producer=producer())
         return event_v2.RunEvent(
             eventType=event_v2.RunState[kind],
             eventTime=datetime.now(UTC).isoformat(),
@@ -198,6 +205,79 @@ class RunLineage:
             producer=producer(),
             inputs=inputs,
             outputs=outputs,
+        )
+
+
+@dataclass
+class PublishLineage:
+    """A publisher's run (`eosflow publish`): the outbox table in, its topic out, and what it published."""
+
+    settings: Settings
+    publisher: Publisher
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        self.run_id = self.run_id or _uuid7()
+
+    def start(self) -> Any:
+        return self._event("START", {}, {})
+
+    def complete(self, summary: PublishSummary) -> Any:
+        import attr
+        from openlineage.client.facet_v2 import RunFacet
+        from openlineage.client.facet_v2 import output_statistics_output_dataset as stats
+
+        @attr.define
+        class EosflowPublishRunFacet(RunFacet):
+            publisher: str
+            transactions: int
+            rows: int
+            rejected: int
+            position: str | None
+
+            @staticmethod
+            def _get_schema() -> str:
+                return PUBLISH_FACET_SCHEMA_URL
+
+        at = summary.position
+        facet = EosflowPublishRunFacet(
+            summary.publisher,
+            summary.transactions,
+            summary.rows,
+            summary.rejected,
+            f"{at.xid}/{at.id}" if at is not None else None,
+            producer=producer(),
+        )
+        published = stats.OutputStatisticsOutputDatasetFacet(
+            rowCount=summary.rows - summary.rejected, producer=producer()
+        )
+        return self._event("COMPLETE", {"eosflow_publish": facet}, {"outputStatistics": published})
+
+    def fail(self, message: str) -> Any:
+        from openlineage.client.facet_v2 import error_message_run
+
+        error = error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())
+        return self._event("FAIL", {"errorMessage": error}, {})
+
+    def _event(self, kind: str, run_facets: Mapping[str, Any], output_facets: Mapping[str, Any]) -> Any:
+        from openlineage.client import event_v2
+        from openlineage.client.facet_v2 import job_type_job
+
+        from eosflow.assets import table_uri
+
+        outbox = from_uri(table_uri(self.settings, self.publisher.table))
+        topic = kafka_topic(self.settings, self.publisher.topic)
+        job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
+        return event_v2.RunEvent(
+            eventType=event_v2.RunState[kind],
+            eventTime=datetime.now(UTC).isoformat(),
+            run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
+            job=event_v2.Job(
+                namespace=namespace(), name=f"{self.publisher.name}.publish", facets={"jobType": job_type}
+            ),
+            producer=producer(),
+            inputs=[event_v2.InputDataset(outbox.namespace, outbox.name)],
+            outputs=[event_v2.OutputDataset(topic.namespace, topic.name, outputFacets=dict(output_facets))],
         )
 
 
@@ -266,28 +346,36 @@ def emitter(log: Callable[[str], None]) -> Emitter | None:
     return Emitter(log) if configured() else None
 
 
+class Lineage(Protocol):
+    """A run's events: a pipeline's (RunLineage) or a publisher's (PublishLineage)."""
+
+    def start(self) -> Any: ...
+
+    def complete(self, summary: Any) -> Any: ...
+
+    def fail(self, message: str) -> Any: ...
+
+
 class Report:
     """One CLI run's lineage: START when made, then COMPLETE or FAIL; nothing at all when OpenLineage is not
-    configured or the pipeline does not load (the run itself then says why)."""
+    configured or what is run does not load (the run itself then says why)."""
 
-    def __init__(self, settings: Settings, pipeline_name: str, job_kind: str, log: Callable[[str], None]):
-        from eosflow import pipelines
+    def __init__(self, make: Callable[[], Lineage], log: Callable[[str], None]):
         from eosflow.errors import PipelineConfigError
 
         self.log = log
         self.emitter = emitter(log)
-        self.run: RunLineage | None = None
+        self.run: Lineage | None = None
         if self.emitter is None:
             return
         try:
-            pipeline = pipelines.load(settings, pipeline_name)
+            self.run = make()
         except PipelineConfigError:
             self._close()  # the run refuses it, saying why; a database entry's members are runs of their own
             return
-        self.run = RunLineage(settings, pipeline, job_kind)
         self._send(self.run.start)
 
-    def completed(self, summary: RunSummary) -> None:
+    def completed(self, summary: Any) -> None:
         if self.run is not None:
             run = self.run
             self._send(lambda: run.complete(summary))
@@ -314,16 +402,23 @@ class Report:
             self.emitter = None
 
 
+def pipeline_run(settings: Settings, pipeline_name: str, job_kind: str) -> Callable[[], RunLineage]:
+    """A pipeline's run as `reporting` makes it (PipelineConfigError when the pipeline does not load)."""
+    from eosflow import pipelines
+
+    return lambda: RunLineage(settings, pipelines.load(settings, pipeline_name), job_kind)
+
+
 @contextlib.contextmanager
 def reporting(
-    settings: Settings, pipeline_name: str, job_kind: str, log: Callable[[str], None], enabled: bool = True
-) -> Iterator[Callable[[RunSummary], None]]:
+    make: Callable[[], Lineage], log: Callable[[str], None], enabled: bool = True
+) -> Iterator[Callable[[Any], None]]:
     """One run inside: START on entering, FAIL if it raises (the exception goes on), COMPLETE when the body
     calls what it is given with the run's summary. `enabled=False`: nothing is sent (Airflow's tasks)."""
     from eosflow.runners.outcomes import EXIT, reported
 
-    report = Report(settings, pipeline_name, job_kind, log) if enabled else None
-    finished: list[RunSummary] = []
+    report = Report(make, log) if enabled else None
+    finished: list[Any] = []
     try:
         yield finished.append
     except tuple(EXIT) as exc:

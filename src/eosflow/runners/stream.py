@@ -79,7 +79,8 @@ def stream(
 
     stop = stop or threading.Event()
     pipeline = pipelines.load(settings, pipeline_name)
-    prefix, status = run_id_prefix(), StreamStatus(window=options.status_every)
+    prefix = run_id_prefix()
+    status = StreamStatus(window=options.status_every, run_prefix=prefix)
     session: list[SparkSession] = []  # the stream's one SparkSession, once a batch needed it
 
     def spark() -> SparkSession:
@@ -155,6 +156,8 @@ def stream(
             )
             last_end = done
             status.add(figures)
+            if summary.outcome == positions.COMMITTED:
+                status.committed(summary)
             if options.every_batch and summary.outcome != job.IDLE:
                 log(_batch_line(n, summary, done - batch_started))
             if status.total_batches % options.status_every == 0:

@@ -10,6 +10,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from eosflow.ledger.positions import PartitionCounts
+from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+from eosflow.runners.summary import RunSummary
+
 
 def percentiles(values: list[float], quantiles: tuple[float, ...] = (0.5, 0.95, 0.99)) -> tuple[float, ...]:
     """Nearest-rank percentiles (each one a value that occurred); empty in, empty out."""
@@ -40,6 +44,30 @@ class StreamStatus:
     total_records: int = 0
     fenced: int = 0
     idle: int = 0
+    run_prefix: str = ""  # its batches' run ids are <prefix>_<n>
+    # (topic, partition) -> [first start, last end, read, written, rejected] of the committed batches:
+    # the stream's lineage in summary (one OpenLineage run, not one per micro-batch)
+    spans: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+    def committed(self, summary: RunSummary) -> None:
+        """A batch that committed: its ranges and counts into the stream's spans."""
+        for r in summary.plan.nonempty if summary.plan is not None else []:
+            c = summary.counts.get((r.topic, r.partition)) or PartitionCounts(0)
+            span = self.spans.setdefault((r.topic, r.partition), [r.start, r.end, 0, 0, 0])
+            span[0], span[1] = min(span[0], r.start), max(span[1], r.end)
+            span[2] += c.read
+            span[3] += c.written
+            span[4] += c.rejected
+
+    def summary(self, pipeline: str) -> RunSummary:
+        """The stream as one run: each partition from its first committed offset to its last, counted."""
+        parts = tuple(
+            PartitionPlan(OffsetRange(topic, partition, start, end), first_seen=False)
+            for (topic, partition), (start, end, *_) in sorted(self.spans.items())
+        )
+        counts = {key: PartitionCounts(*span[2:]) for key, span in self.spans.items()}
+        plan = Plan(self.run_prefix, pipeline, self.run_prefix, parts, kind="stream")
+        return RunSummary(pipeline, self.run_prefix, "stopped", plan, counts)
 
     def add(self, figures: BatchFigures) -> None:
         self.batches.append(figures)

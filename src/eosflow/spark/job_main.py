@@ -81,11 +81,11 @@ def execute(
     if args.range is not None and (args.mode is None or args.run_id is None):
         say("--range needs --mode and --run-id")
         return 2  # refused before a run begins: no lineage either
-    from eosflow.observe.openlineage import reporting
+    from eosflow.observe.openlineage import pipeline_run, reporting
 
-    kind = "backfill" if args.range is not None else "ingest"
+    run = pipeline_run(settings, args.pipeline, "backfill" if args.range is not None else "ingest")
     try:
-        with reporting(settings, args.pipeline, kind, say, enabled=lineage) as completed:
+        with reporting(run, say, enabled=lineage) as completed:
             if args.range is not None:
                 summary = backfill_run.run_chunk(
                     settings, args.pipeline, args.run_id, args.range, args.mode, say

@@ -27,12 +27,16 @@ SECRET = "pw-in-no-event"
 
 def _registry() -> Registry:
     resources = [Resource.from_contents(json.loads(p.read_text())) for p in SPEC.glob("*.json")]
-    resources.append(Resource.from_contents(json.loads(openlineage.FACET_SCHEMA.read_text())))
+    for ours in (openlineage.FACET_SCHEMA, openlineage.PUBLISH_FACET_SCHEMA):
+        resources.append(Resource.from_contents(json.loads(ours.read_text())))
     return Registry().with_resources((r.contents["$id"], r) for r in resources)
 
 
 REGISTRY = _registry()
-SCHEMA_IDS = {json.loads(p.read_text())["$id"] for p in [*SPEC.glob("*.json"), openlineage.FACET_SCHEMA]}
+SCHEMA_IDS = {
+    json.loads(p.read_text())["$id"]
+    for p in [*SPEC.glob("*.json"), openlineage.FACET_SCHEMA, openlineage.PUBLISH_FACET_SCHEMA]
+}
 
 
 def _validate(event: dict) -> None:
@@ -169,6 +173,49 @@ def test_a_kafka_sinks_output_is_a_topic_in_kafkas_naming(settings, tmp_path):
     assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
         ("kafka://broker-1.example:9093", "orders.clean")
     ]
+
+
+def test_a_streams_summary_is_a_streaming_job_whose_facet_validates(settings, tmp_path):
+    from eosflow.runners.stream_status import StreamStatus
+
+    status = StreamStatus(run_prefix="stream__20261127T000000_abcdef")
+    status.committed(_summary())
+    run = openlineage.RunLineage(settings, _pipeline(tmp_path), "stream")
+    event = openlineage.as_json(run.complete(status.summary("orders")))
+    _validate(event)
+    assert event["job"]["name"] == "orders.stream"
+    assert event["job"]["facets"]["jobType"]["processingType"] == "STREAMING"
+    facet = event["run"]["facets"]["eosflow_run"]
+    assert (facet["planKind"], facet["outcome"], len(facet["ranges"])) == ("stream", "stopped", 2)
+
+
+def test_a_publishers_run_reads_its_outbox_table_and_writes_its_topic(settings):
+    from eosflow.publish.declaration import Publisher
+    from eosflow.publish.position import Position
+    from eosflow.publish.run import PublishSummary
+
+    publisher = Publisher("orders_out", "app.outbox", "orders.events", "id")
+    run = openlineage.PublishLineage(settings, publisher)
+    summary = PublishSummary("orders_out", position=Position(812, "40"), transactions=3, rows=40, rejected=2)
+    events = [openlineage.as_json(e) for e in (run.start(), run.complete(summary), run.fail("FENCED: y"))]
+    for event in events:
+        _validate(event)
+        assert event["job"]["name"] == "orders_out.publish"
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [
+            ("postgres://warehouse.example:5433", "analytics.app.outbox")
+        ]
+        assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [
+            ("kafka://broker-1.example:9093", "orders.events")
+        ]
+        assert SECRET not in json.dumps(event)
+    facet = events[1]["run"]["facets"]["eosflow_publish"]
+    assert (facet["transactions"], facet["rows"], facet["rejected"], facet["position"]) == (
+        3,
+        40,
+        2,
+        "812/40",
+    )
+    assert events[1]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 38
 
 
 def test_a_column_from_the_records_metadata_or_a_transform_has_no_field_lineage(settings, tmp_path):

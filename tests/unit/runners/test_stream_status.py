@@ -40,3 +40,26 @@ def test_durations(text, seconds):
 def test_durations_refused_name_the_expected_form(text):
     with pytest.raises(argparse.ArgumentTypeError, match="like 2s, 500ms or 1m"):
         duration(text)
+
+
+def test_the_streams_summary_spans_each_partition_from_its_first_committed_offset_to_its_last():
+    """The stream's lineage in summary: committed batches merged per partition, counts summed."""
+    from eosflow.ledger.positions import PartitionCounts
+    from eosflow.ledger.ranges import OffsetRange, PartitionPlan, Plan
+    from eosflow.runners.summary import RunSummary
+
+    def batch(n: int, *ranges: tuple[int, int, int]) -> RunSummary:
+        parts = tuple(PartitionPlan(OffsetRange("t", p, a, b), first_seen=False) for p, a, b in ranges)
+        counts = {("t", p): PartitionCounts(b - a, b - a - 1, 1) for p, a, b in ranges if b > a}
+        return RunSummary("p", f"p:s_{n}", "committed", Plan(f"p:s_{n}", "p", f"s_{n}", parts), counts)
+
+    status = StreamStatus(run_prefix="stream__x")
+    status.committed(batch(1, (0, 0, 10), (1, 5, 5)))  # partition 1: nothing new yet
+    status.committed(batch(2, (0, 10, 25), (1, 5, 9)))
+    summary = status.summary("p")
+
+    assert (summary.batch_id, summary.outcome, summary.plan.kind) == ("stream__x", "stopped", "stream")
+    assert [(r.partition, r.start, r.end) for r in summary.plan.ranges] == [(0, 0, 25), (1, 5, 9)]
+    assert summary.counts[("t", 0)] == PartitionCounts(25, 23, 2)
+    assert summary.counts[("t", 1)] == PartitionCounts(4, 3, 1)
+    assert StreamStatus(run_prefix="stream__y").summary("p").plan.ranges == []
