@@ -169,10 +169,7 @@ class RunLineage:
         return run, out
 
     def fail(self, message: str) -> Any:
-        from openlineage.client.facet_v2 import error_message_run
-
-        error = error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())
-        return self._event("FAIL", {"errorMessage": error}, {})
+        return self._event("FAIL", _failure(message), {})
 
     def datasets(self, output_facets: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
         """The run's inputs (its topics) and output (its sink's) in OpenLineage's naming, with facets."""
@@ -191,21 +188,41 @@ class RunLineage:
         return [event_v2.InputDataset(n.namespace, n.name) for n in inputs], outputs
 
     def _event(self, kind: str, run_facets: Mapping[str, Any], output_facets: Mapping[str, Any]) -> Any:
-        from openlineage.client import event_v2
-        from openlineage.client.facet_v2 import job_type_job
-
         inputs, outputs = self.datasets(output_facets)
         processing = "STREAMING" if self.job_kind == "stream" else "BATCH"
-        job_type = job_type_job.JobTypeJobFacet(processing, "EOSFLOW", "JOB", producer=producer())
-        return event_v2.RunEvent(
-            eventType=event_v2.RunState[kind],
-            eventTime=datetime.now(UTC).isoformat(),
-            run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
-            job=event_v2.Job(namespace=namespace(), name=self.job_name, facets={"jobType": job_type}),
-            producer=producer(),
-            inputs=inputs,
-            outputs=outputs,
-        )
+        return _run_event(kind, self.run_id, self.job_name, processing, run_facets, inputs, outputs)
+
+
+def _run_event(
+    kind: str,
+    run_id: str,
+    job_name: str,
+    processing: str,
+    run_facets: Mapping[str, Any],
+    inputs: list[Any],
+    outputs: list[Any],
+) -> Any:
+    """A RunEvent of eosflow's: a pipeline's run or a publisher's, in eosflow's namespace."""
+    from openlineage.client import event_v2
+    from openlineage.client.facet_v2 import job_type_job
+
+    job_type = job_type_job.JobTypeJobFacet(processing, "EOSFLOW", "JOB", producer=producer())
+    return event_v2.RunEvent(
+        eventType=event_v2.RunState[kind],
+        eventTime=datetime.now(UTC).isoformat(),
+        run=event_v2.Run(runId=run_id, facets=dict(run_facets)),
+        job=event_v2.Job(namespace=namespace(), name=job_name, facets={"jobType": job_type}),
+        producer=producer(),
+        inputs=inputs,
+        outputs=outputs,
+    )
+
+
+def _failure(message: str) -> dict[str, Any]:
+    """A failed run's facet: its one-line reason, as eosflow printed it."""
+    from openlineage.client.facet_v2 import error_message_run
+
+    return {"errorMessage": error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())}
 
 
 @dataclass
@@ -254,31 +271,19 @@ class PublishLineage:
         return self._event("COMPLETE", {"eosflow_publish": facet}, {"outputStatistics": published})
 
     def fail(self, message: str) -> Any:
-        from openlineage.client.facet_v2 import error_message_run
-
-        error = error_message_run.ErrorMessageRunFacet(message, "python", producer=producer())
-        return self._event("FAIL", {"errorMessage": error}, {})
+        return self._event("FAIL", _failure(message), {})
 
     def _event(self, kind: str, run_facets: Mapping[str, Any], output_facets: Mapping[str, Any]) -> Any:
         from openlineage.client import event_v2
-        from openlineage.client.facet_v2 import job_type_job
 
         from eosflow.assets import table_uri
 
         outbox = from_uri(table_uri(self.settings, self.publisher.table))
         topic = kafka_topic(self.settings, self.publisher.topic)
-        job_type = job_type_job.JobTypeJobFacet("BATCH", "EOSFLOW", "JOB", producer=producer())
-        return event_v2.RunEvent(
-            eventType=event_v2.RunState[kind],
-            eventTime=datetime.now(UTC).isoformat(),
-            run=event_v2.Run(runId=self.run_id, facets=dict(run_facets)),
-            job=event_v2.Job(
-                namespace=namespace(), name=f"{self.publisher.name}.publish", facets={"jobType": job_type}
-            ),
-            producer=producer(),
-            inputs=[event_v2.InputDataset(outbox.namespace, outbox.name)],
-            outputs=[event_v2.OutputDataset(topic.namespace, topic.name, outputFacets=dict(output_facets))],
-        )
+        inputs = [event_v2.InputDataset(outbox.namespace, outbox.name)]
+        outputs = [event_v2.OutputDataset(topic.namespace, topic.name, outputFacets=dict(output_facets))]
+        name = f"{self.publisher.name}.publish"
+        return _run_event(kind, self.run_id, name, "BATCH", run_facets, inputs, outputs)
 
 
 def as_json(event: Any) -> dict[str, Any]:
