@@ -48,8 +48,8 @@ demo: setup
 ## test: lint, types (mypy, configured in pyproject.toml), the docs site's strict build, then the whole suite
 ## against the real stack (unit, integration, Airflow, browser), ending with the 15 slowest tests so the suite's
 ## budget stays in view (every test's time is in test-artifacts/junit.xml). Three pytest-xdist workers by
-## default (19m08s of pytest on a fresh clone of the 2-core machines, against 25m08s for two: most of the
-## suite waits on JVMs, servers and faults); TEST_WORKERS=0 runs it in one process
+## default (two are slower, four no faster: where the time goes is in docs/development/tests.md);
+## TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= 3
 test: setup browser
 	$(BIN)/ruff check .
