@@ -5,6 +5,7 @@ next run. The replicas are compared with the source tables, read from the source
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -73,6 +74,27 @@ def _replicate_until_equal(env, settings, conninfo, entry: str, pairs: dict[str,
         time.sleep(1.0)
 
 
+def _assert_each_member_reported_its_runs(lineage, members: dict[str, tuple[str, str]]) -> None:
+    """OpenLineage: every run of a member is START then COMPLETE of `<member>.ingest`, its table topic in
+    and its output (the changelog) out, each event valid by the spec's schemas; the entry itself is no run.
+    members: member -> (its topic, its output as OpenLineage names it)."""
+    from tests.unit.observe.test_openlineage import _validate
+
+    events = [json.loads(line) for line in lineage.read_text().splitlines() if line.strip()]
+    by_run: dict[str, list[dict]] = {}
+    for event in events:
+        _validate(event)
+        by_run.setdefault(event["run"]["runId"], []).append(event)
+    assert {e["job"]["name"] for e in events} == {f"{m}.ingest" for m in members}
+    for run in by_run.values():
+        assert [e["eventType"] for e in run] == ["START", "COMPLETE"], run
+        topic, replica = members[run[0]["job"]["name"].removesuffix(".ingest")]
+        for event in run:
+            assert [d["name"] for d in event["inputs"]] == [topic]
+            assert [d["name"] for d in event["outputs"]] == [replica]
+        assert run[1]["run"]["facets"]["eosflow_run"]["outcome"] == "committed"
+
+
 def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_added_column(
     connect_server, source_schema, settings, tmp_path, monkeypatch
 ):
@@ -96,7 +118,13 @@ def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_a
         )
     )
     monkeypatch.setenv("EOSFLOW_PIPELINES", str(config))
-    env = dict(__import__("os").environ)
+    lineage = tmp_path / "lineage.jsonl"  # each member's run, reported with the client's file transport
+    env = dict(
+        __import__("os").environ,
+        OPENLINEAGE__TRANSPORT__TYPE="file",
+        OPENLINEAGE__TRANSPORT__LOG_FILE_PATH=str(lineage),
+        OPENLINEAGE__TRANSPORT__APPEND="true",
+    )
     conninfo = connect_server.source_conninfo
     with psycopg.connect(conninfo, autocommit=True) as conn, conn.transaction():
         for i in range(1, 4):
@@ -153,5 +181,13 @@ def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_a
         for member in (customers, orders):
             verdict = verify_pipeline(settings, member)
             assert verdict.ok, verdict.table()
+        _assert_each_member_reported_its_runs(
+            lineage,
+            {
+                # the output as the sink names it: a change stream's changelog, beside its replica
+                m: (f"{prefix}.{source_schema}.{t}", f"warehouse.{target}.{source_schema}__{t}__changes")
+                for m, t in ((customers, "customers"), (orders, "orders"))
+            },
+        )
     finally:
         connect.delete(settings, name)

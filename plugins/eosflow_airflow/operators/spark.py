@@ -221,7 +221,7 @@ class EosflowSparkSubmitOperator(SparkSubmitOperator):
         try:
             pipeline = pipelines.load(settings, args.pipeline)
         except pipelines.PipelineConfigError:
-            return None  # a database entry: its members are runs of their own (not yet reported)
+            return None  # a database entry's own name: its members are runs (mapped tasks) of their own
         lineage = RunLineage(settings, pipeline, "backfill" if args.range is not None else "ingest")
         run_facets: dict[str, Any] = {}
         output_facets: dict[str, Any] = {}

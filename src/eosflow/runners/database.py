@@ -7,6 +7,7 @@ failure is reported and the others still run; the entry's exit code is the worst
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import psycopg
@@ -21,6 +22,12 @@ from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
 
 Log = Callable[[str], None]
+# A member's run wrapped (its lineage reported): entered with the member's name, handed its summary.
+MemberRun = Callable[[str], AbstractContextManager[Callable[[RunSummary], None]]]
+
+
+def _ignored(summary: RunSummary) -> None:
+    pass
 
 
 def database_entry(settings: Settings, name: str) -> pipelines.databases.Database | None:
@@ -76,14 +83,19 @@ def run(
     max_records: int | None,
     acknowledge_data_loss: bool,
     log: Log,
+    around: MemberRun | None = None,
 ) -> DatabaseRun:
-    """Discover, then run every member once, each on its own."""
+    """Discover, then run every member once, each on its own. around: what each member's run is wrapped
+    in, given its name, and told its summary (the CLI's OpenLineage report: eosflow.spark.job_main)."""
     _, members = discover_members(settings, database, log)
     run_id = run_id or job.new_run_id()
     done = DatabaseRun(database.name)
     for name in members:
         try:
-            done.summaries[name] = job.run(settings, name, run_id, max_records, acknowledge_data_loss, log)
+            with around(name) if around else nullcontext(_ignored) as completed:
+                summary = job.run(settings, name, run_id, max_records, acknowledge_data_loss, log)
+                completed(summary)
+            done.summaries[name] = summary
         except tuple(EXIT) as exc:
             done.failures[name] = reported(exc)
             log(f"{name}: {done.failures[name][1]}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from eosflow import settings as settings_mod
 from eosflow.runners import backfill_run, database, job
@@ -91,8 +93,12 @@ def execute(
                     settings, args.pipeline, args.run_id, args.range, args.mode, say
                 )
             elif (entry := database.database_entry(settings, args.pipeline)) is not None:
+                # Each member is a run of its own, in OpenLineage too; the entry reads and writes nothing.
+                def member(name: str) -> AbstractContextManager[Callable[[Any], None]]:
+                    return reporting(pipeline_run(settings, name, "ingest"), say, enabled=lineage)
+
                 done = database.run(
-                    settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, say
+                    settings, entry, args.run_id, args.max_records, args.acknowledge_data_loss, say, member
                 )
                 print(done.table(), flush=True)
                 return done.exit_code
