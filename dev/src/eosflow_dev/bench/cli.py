@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +22,7 @@ from eosflow_dev.stack import settings as settings_mod
 
 if TYPE_CHECKING:
     from eosflow_dev.bench.report import RunInfo
+    from eosflow_dev.stack import ServiceStatus
 
 # The bench's heavier modules (Kafka and Postgres clients, matplotlib) are imported when it runs, so
 # building `eosflow`'s parser stays cheap.
@@ -148,6 +149,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def stack_not_ready(statuses: Sequence[ServiceStatus]) -> list[str]:
+    """The core services not answering, each with its state. The optional servers are not asked: the bench
+    uses only the Spark Connect server among them, and starts it itself (another process may be starting
+    one of the others at this very moment)."""
+    return [f"{s.name} ({s.state})" for s in statuses if not s.optional and not s.ok]
+
+
 def execute(args: argparse.Namespace, settings: settings_mod.StackSettings | None = None) -> int:
     import psycopg
 
@@ -162,9 +170,9 @@ def execute(args: argparse.Namespace, settings: settings_mod.StackSettings | Non
         return 2
     args.only = args.only or list(CHANGE_MEASUREMENTS if changes else MEASUREMENTS)
     settings = settings or settings_mod.load()
-    unhealthy = [s.name for s in stack.status(settings) if not s.ok]  # an optional server not started is fine
+    unhealthy = stack_not_ready(stack.status(settings))
     if unhealthy:
-        log(f"error: {', '.join(unhealthy)} not running; start the stack first: eosflow stack up")
+        log(f"error: {', '.join(unhealthy)}; start the stack first: eosflow stack up")
         return 2
     records = args.records or (SMOKE_RECORDS if args.smoke else DEFAULT_RECORDS)
     partitions = args.partitions or (SMOKE_PARTITIONS if args.smoke else DEFAULT_PARTITIONS)
