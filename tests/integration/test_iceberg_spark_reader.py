@@ -26,6 +26,7 @@ from tests.integration.test_iceberg_sink import _replay, as_iceberg_sink, produc
 from tests.interop.spark_iceberg import (
     Reader,
     ReaderError,
+    ReaderSession,
     SparkRead,
     ensure_reader,
     from_pyiceberg,
@@ -39,6 +40,13 @@ pytestmark = pytest.mark.integration
 def reader(settings) -> Reader:
     """Made once per module (idempotent across runs); pip or Maven failing fails the tests, never skips."""
     return ensure_reader(settings)
+
+
+@pytest.fixture(scope="module")
+def spark41(reader) -> Iterator[ReaderSession]:
+    """One Spark process for the module's reads; ended, its JVM with it, after the module."""
+    with reader.session() as session:
+        yield session
 
 
 def _coordinates(row: dict) -> tuple[str, int, int]:
@@ -58,7 +66,9 @@ def _fields(schema) -> list[tuple[str, str, bool]]:
     return [(f.name, str(f.type).replace("large_", ""), f.nullable) for f in schema]
 
 
-def assert_spark_reads_what_pyiceberg_reads(case, reader: Reader, table: str, **extra: str) -> SparkRead:
+def assert_spark_reads_what_pyiceberg_reads(
+    case, reader: Reader | ReaderSession, table: str, **extra: str
+) -> SparkRead:
     """Same columns and types, same count, the same Kafka coordinates (none twice), every value equal; and
     the same snapshots. Returns Spark's read."""
     config = CatalogConfig.of(case.settings)  # the catalog the case's runs wrote to (its lake)
@@ -112,9 +122,9 @@ def watching_processes_for(secret: str) -> Iterator[list[str]]:
         watcher.join()
 
 
-def test_spark_reads_the_rows_pyiceberg_reads_after_runs_a_replay_and_compact(case, reader, monkeypatch):
-    """Over a minute: one table through three stages, read by Spark after each (one Spark process each,
-    about 15 s), so the reader's set-up and the table's history are paid for once."""
+def test_spark_reads_the_rows_pyiceberg_reads_after_runs_a_replay_and_compact(case, spark41, monkeypatch):
+    """About a minute: one table through three stages, read by Spark after each; the module's first test
+    starts the reader's Spark (about 10 s) and makes the table's history once."""
     table = as_iceberg_sink(case)
     case.produce(150, seed=51, partitions=2)
     produce_bad(case, partition=1)
@@ -127,14 +137,14 @@ def test_spark_reads_the_rows_pyiceberg_reads_after_runs_a_replay_and_compact(ca
     # of any process holds them.
     secret = f"tok-{uuid.uuid4().hex}"
     with watching_processes_for(secret) as leaks:
-        runs = assert_spark_reads_what_pyiceberg_reads(case, reader, table, **{"eosflow-test.token": secret})
+        runs = assert_spark_reads_what_pyiceberg_reads(case, spark41, table, **{"eosflow-test.token": secret})
     assert leaks == []
     assert len(runs.snapshots) == 2 and (runs.spark_version, runs.iceberg_version) == ("4.1.1", "1.12.0")
 
     # 2. A replay of partition 0 under a new transform version: the range's rows replaced in one commit.
     case.write_config(transform_version="v2")
     assert [s.outcome for s in _replay(case, 10, 60, "replay-1")] == ["committed"]
-    replayed = assert_spark_reads_what_pyiceberg_reads(case, reader, table)
+    replayed = assert_spark_reads_what_pyiceberg_reads(case, spark41, table)
     versions = {
         (r["kafka_partition"], r["kafka_offset"]): r["transform_version"] for r in replayed.rows.to_pylist()
     }
@@ -146,13 +156,13 @@ def test_spark_reads_the_rows_pyiceberg_reads_after_runs_a_replay_and_compact(ca
     with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
         done = case.pipeline.sink.compact(conn, case.pipeline, None, lambda m: None)
     assert done.merged_files >= 2 and done.expired_snapshots >= 2
-    compacted = assert_spark_reads_what_pyiceberg_reads(case, reader, table)
+    compacted = assert_spark_reads_what_pyiceberg_reads(case, spark41, table)
     assert len(compacted.snapshots) == 1 and compacted.count == replayed.count
 
 
 @pytest.mark.parametrize("lake", ["rest", "s3"])
 def test_spark_reads_a_table_on_the_rest_catalog_and_one_on_the_s3_server(
-    case, reader, running_stack, monkeypatch, lake
+    case, spark41, running_stack, monkeypatch, lake
 ):
     """Spark through Iceberg's REST catalog (its own RESTCatalogServer), and from the S3 server (S3FileIO,
     path-style): after a run killed mid-upload (on S3), its retry, another run and compact."""
@@ -174,20 +184,24 @@ def test_spark_reads_a_table_on_the_rest_catalog_and_one_on_the_s3_server(
     with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
         done = case.pipeline.sink.compact(conn, case.pipeline, None, lambda m: None)
     assert done.merged_files >= 2
-    read = assert_spark_reads_what_pyiceberg_reads(case, reader, table)
+    read = assert_spark_reads_what_pyiceberg_reads(case, spark41, table)
     assert read.count == len(first.visible()) + len(second.visible()) and len(read.snapshots) == 1
 
 
-def test_a_read_that_fails_raises_with_sparks_own_words_and_no_secret(case, reader):
+def test_a_read_that_fails_raises_with_sparks_own_words_and_no_secret(case, spark41):
     """A password in the catalog's URI, which the JDBC driver quotes back in its error: the child's last
-    words come back without their stack frames, the password as ***."""
+    words come back without their stack frames, the password as ***. The catalog's name is the one the
+    session's earlier reads used with the right URI: this read's catalog is built from its own properties,
+    and the session reads on after it."""
     secret = f"pw{uuid.uuid4().hex}"
     uri = f"jdbc:postgresql://eosflow:{secret}@127.0.0.1:{case.settings.pg_port}/warehouse"
     with pytest.raises(ReaderError, match=r"could not read lake\.anything") as e:
-        reader.read(jdbc_catalog(case.settings) | {"uri": uri}, "lake.anything")
+        spark41.read(jdbc_catalog(case.settings) | {"uri": uri}, "lake.anything")
     message = str(e.value)
     assert "Failed to connect: jdbc:postgresql://" in message and "***@127.0.0.1" in message, message
     assert secret not in message and "\tat org.apache" not in message, message
+    with pytest.raises(ReaderError, match=r"NoSuchTableException|Table or view not found|TABLE_OR_VIEW_NOT"):
+        spark41.read(jdbc_catalog(case.settings), "lake.anything")
 
 
 def test_a_read_that_hangs_is_ended_with_sparks_jvm(case, reader, monkeypatch):

@@ -14,8 +14,14 @@ infra/jars.sha256), both made on first use and kept.
 Any catalog Iceberg's Spark runtime knows (jdbc, rest, ...): each property passes through as
 spark.sql.catalog.<name>.<key>; from_pyiceberg renames the few PyIceberg names Java spells otherwise.
 
-Each read is one short Spark process (tests/interop/spark_read.py under the reader's Python). The catalog
-properties reach it on standard input, never on a command line or in its environment.
+A session is one Spark process (tests/interop/spark_read.py under the reader's Python) that reads as many
+tables as it is asked, Spark started once; `read` alone is a session of one read:
+
+    with reader.session() as spark:
+        first = spark.read(jdbc_catalog(settings), "lake.orders")
+        later = spark.read(jdbc_catalog(settings), "lake.orders")  # nothing cached from the first
+
+The catalog properties reach it on standard input, never on a command line or in its environment.
 
     python -m tests.interop.spark_iceberg --install       # make the reader now (CI, a cold machine)
     python -m tests.interop.spark_iceberg --update-lock   # after changing the POM: record the new jars
@@ -28,17 +34,21 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -90,6 +100,67 @@ class Reader:
     python: Path
     jars: list[Path] = field(repr=False)
 
+    @contextmanager
+    def session(self) -> Iterator[ReaderSession]:
+        """One Spark process for many reads (Spark starts once: about 10 s of a read's 15 on 2 cores).
+        Ended, its JVM with it, when the block ends."""
+        with tempfile.TemporaryDirectory(prefix="eosflow-spark-reader-") as scratch:
+            session = ReaderSession(self, Path(scratch))
+            try:
+                yield session
+            finally:
+                session.close()
+
+    def read(
+        self,
+        catalog: dict[str, str],
+        table: str,
+        columns: list[str] | None = None,
+        catalog_name: str = "eosflow",
+    ) -> SparkRead:
+        """One read in a Spark process of its own (see ReaderSession.read)."""
+        with self.session() as session:
+            return session.read(catalog, table, columns, catalog_name)
+
+
+class ReaderSession:
+    """A running reader: a child Python (spark_read.py) whose Spark session reads one table per request.
+    Requests go to its standard input; answers come back on its standard output, one JSON line each."""
+
+    def __init__(self, reader: Reader, scratch: Path) -> None:
+        self.scratch = scratch
+        # A session of its own: a read that hangs is ended whole, Spark's JVM with it, by group id.
+        self.child = subprocess.Popen(
+            [str(reader.python), str(SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_child_env(),
+            cwd=scratch,
+            start_new_session=True,
+        )
+        # Its standard error is read all along (a full pipe would stop it); the last lines are kept.
+        self._stderr: deque[str] = deque(maxlen=400)
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(
+            target=self._drain, args=(self.child.stderr, self._stderr.append), daemon=True
+        ).start()
+        threading.Thread(target=self._drain, args=(self.child.stdout, self._answers.put), daemon=True).start()
+        self._send({"jars": [str(j) for j in reader.jars], "scratch": str(scratch), "driver_memory": "512m"})
+        self._reads = 0
+
+    @staticmethod
+    def _drain(stream: IO[str], put: Callable) -> None:
+        for line in stream:
+            put(line)
+        put(None)  # the end: the child closed it (exited)
+
+    def _send(self, request: dict) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.write(json.dumps(request) + "\n")
+        self.child.stdin.flush()
+
     def read(
         self,
         catalog: dict[str, str],
@@ -99,60 +170,72 @@ class Reader:
     ) -> SparkRead:
         """`table` ("namespace.name") of the Iceberg catalog `catalog` (Iceberg catalog properties: type,
         uri, warehouse, io-impl, ...; each becomes spark.sql.catalog.<catalog_name>.<key>). A JDBC
-        catalog's `catalog_name` must be the name the writer used: it keys the catalog's rows."""
+        catalog's `catalog_name` must be the name the writer used: it keys the catalog's rows. Within
+        READ_TIMEOUT_S (Spark's start included, for a session's first read), else the session is ended."""
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="eosflow-spark-read-") as out:
-            request = {
-                "catalog_name": catalog_name,
-                "properties": catalog,
-                "table": table,
-                "columns": columns,
-                "jars": [str(j) for j in self.jars],
-                "out": out,
-                "driver_memory": "512m",
-            }
-            # A session of its own: a read that hangs is ended whole, Spark's JVM with it, by group id.
-            child = subprocess.Popen(
-                [str(self.python), str(SCRIPT)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=_child_env(),
-                cwd=out,
-                start_new_session=True,
+        self._reads += 1
+        out = self.scratch / f"read-{self._reads}"
+        try:
+            self._send(
+                {"catalog_name": catalog_name, "properties": catalog, "table": table, "columns": columns,
+                 "out": str(out)}
+            )  # fmt: skip
+        except (BrokenPipeError, ValueError):
+            raise self._ended(table, catalog) from None
+        try:
+            line = self._answers.get(timeout=READ_TIMEOUT_S)
+        except queue.Empty:
+            self.close(kill=True)
+            raise ReaderError(
+                f"Spark did not read {table} within {READ_TIMEOUT_S} s (ended); its last lines:\n"
+                f"{_tail(self._stderr_text(), catalog)}",
+                pid=self.child.pid,
+            ) from None
+        if line is None:
+            raise self._ended(table, catalog)
+        answer = json.loads(line)
+        if "error" in answer:
+            raise ReaderError(
+                f"Spark could not read {table} from catalog {catalog_name}; its last words (secret values "
+                f"shown as ***):\n{_tail(answer['error'], catalog)}",
+                pid=self.child.pid,
             )
-            try:
-                _, stderr = child.communicate(json.dumps(request), timeout=READ_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                _, stderr = child.communicate()
-                raise ReaderError(
-                    f"Spark did not read {table} within {READ_TIMEOUT_S} s (ended); its last lines:\n"
-                    f"{_tail(stderr, catalog)}",
-                    pid=child.pid,
-                ) from None
-            done = subprocess.CompletedProcess(child.args, child.returncode, "", stderr)
-            if done.returncode != 0:
-                raise ReaderError(
-                    f"Spark could not read {table} from catalog {catalog_name} (exit {done.returncode}); "
-                    f"its last lines (secret values shown as ***):\n{_tail(done.stderr, catalog)}",
-                    pid=child.pid,
-                )
-            import pyarrow.parquet as pq
+        import pyarrow.parquet as pq
 
-            summary = json.loads((Path(out) / "summary.json").read_text())
-            rows = pq.read_table(Path(out) / "rows")
         return SparkRead(
-            rows=rows,
-            count=summary["count"],
-            snapshots=summary["snapshots"],
-            spark_version=summary["spark_version"],
-            iceberg_version=summary["iceberg_version"],
-            start_seconds=summary["start_seconds"],
-            read_seconds=summary["read_seconds"],
+            rows=pq.read_table(out / "rows"),
+            count=answer["count"],
+            snapshots=answer["snapshots"],
+            spark_version=answer["spark_version"],
+            iceberg_version=answer["iceberg_version"],
+            start_seconds=answer["start_seconds"],
+            read_seconds=answer["read_seconds"],
             seconds=round(time.monotonic() - started, 2),
         )
+
+    def _ended(self, table: str, catalog: dict[str, str]) -> ReaderError:
+        code = self.child.wait(timeout=30)
+        return ReaderError(
+            f"Spark could not read {table}: the reader's process had ended (exit {code}); its last lines "
+            f"(secret values shown as ***):\n{_tail(self._stderr_text(), catalog)}",
+            pid=self.child.pid,
+        )
+
+    def _stderr_text(self) -> str:
+        return "".join(self._stderr)
+
+    def close(self, kill: bool = False) -> None:
+        """Standard input closed: Spark stops and the child exits; past 30 s (or at once, `kill`), its
+        process group is killed."""
+        if self.child.poll() is None and not kill:
+            try:
+                self.child.stdin.close()  # type: ignore[union-attr]
+                self.child.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        with suppress(ProcessLookupError):
+            os.killpg(self.child.pid, signal.SIGKILL)  # whatever of its group is left (Spark's JVM)
+        self.child.wait()
 
 
 def secrets(properties: dict[str, str]) -> list[str]:
