@@ -3,8 +3,10 @@ Iceberg's own Spark runtime, through Iceberg's JDBC catalog on the same Postgres
 catalog keeps. After runs, a replay and compact, Spark reads exactly the rows PyIceberg reads.
 
 The reader (a pyspark 4.1.1 virtualenv and Iceberg's jars, tests/interop/spark_iceberg.py) is made on first
-use: about 40 s on a cold machine, 5 s with pip's and Maven's caches warm. Each read is one Spark process
-(about 15 s on 2 cores, most of it the JVM and Spark starting).
+use: about 40 s on a cold machine, 5 s with pip's and Maven's caches warm. The reads of a pytest process
+share one Spark process (Spark's start, about 10 s of a lone read's 15 on 2 cores, paid once); each read
+has a Spark session of its own, so its catalog is built from its own properties. The fixtures, shared with
+the Iceberg state sink's tests, are in tests/integration/conftest.py.
 """
 
 from __future__ import annotations
@@ -28,25 +30,11 @@ from tests.interop.spark_iceberg import (
     ReaderError,
     ReaderSession,
     SparkRead,
-    ensure_reader,
     from_pyiceberg,
     jdbc_catalog,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def reader(settings) -> Reader:
-    """Made once per module (idempotent across runs); pip or Maven failing fails the tests, never skips."""
-    return ensure_reader(settings)
-
-
-@pytest.fixture(scope="module")
-def spark41(reader) -> Iterator[ReaderSession]:
-    """One Spark process for the module's reads; ended, its JVM with it, after the module."""
-    with reader.session() as session:
-        yield session
 
 
 def _coordinates(row: dict) -> tuple[str, int, int]:
@@ -204,13 +192,13 @@ def test_a_read_that_fails_raises_with_sparks_own_words_and_no_secret(case, spar
         spark41.read(jdbc_catalog(case.settings), "lake.anything")
 
 
-def test_a_read_that_hangs_is_ended_with_sparks_jvm(case, reader, monkeypatch):
+def test_a_read_that_hangs_is_ended_with_sparks_jvm(case, spark_reader, monkeypatch):
     """Past the time allowed, the read's whole process group goes: no JVM is left on the machine."""
     from tests.interop import spark_iceberg
 
     monkeypatch.setattr(spark_iceberg, "READ_TIMEOUT_S", 4)  # Spark is still starting then
     with pytest.raises(ReaderError, match=r"did not read lake\.anything within 4 s") as e:
-        reader.read(jdbc_catalog(case.settings), "lake.anything")
+        spark_reader.read(jdbc_catalog(case.settings), "lake.anything")  # a session of its own
     assert e.value.pid is not None
     deadline = time.monotonic() + 10
     while (left := _in_group(e.value.pid)) and time.monotonic() < deadline:

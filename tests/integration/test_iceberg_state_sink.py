@@ -402,17 +402,10 @@ def test_compact_keeps_the_state_and_its_tombstones_and_removes_the_staged_chang
     verified(case)
 
 
-@pytest.fixture(scope="module")
-def spark_reader(settings):
-    """Spark 4.1 with Iceberg's runtime (tests/interop/spark_iceberg.py), made on first use."""
-    from tests.interop.spark_iceberg import ensure_reader
-
-    return ensure_reader(settings)
-
-
-def test_spark_reads_the_state_pyiceberg_reads_after_updates_and_deletes(case, spark_reader):
-    """About 20 s (one Spark process): the row-level deletes PyIceberg committed (files rewritten, copy on
-    write) read by another engine as one row per key, the same values."""
+def test_spark_reads_the_state_pyiceberg_reads_after_updates_and_deletes(case, spark41):
+    """About 20 s (Spark's start, unless this process's reader runs already): the row-level deletes
+    PyIceberg committed (files rewritten, copy on write) read by another engine as one row per key, the same
+    values."""
     from tests.integration.test_iceberg_spark_reader import assert_spark_reads_what_pyiceberg_reads
 
     table = as_iceberg_state(case)
@@ -427,7 +420,7 @@ def test_spark_reads_the_state_pyiceberg_reads_after_updates_and_deletes(case, s
         src.send("d", {"id": i, "email": None, "balance": None, "notes": None})
     src.flush()
     assert case.ingest().outcome == "committed"
-    got = assert_spark_reads_what_pyiceberg_reads(case, spark_reader, table)
+    got = assert_spark_reads_what_pyiceberg_reads(case, spark41, table)
     ids = [r["id"] for r in got.rows.to_pylist()]
     assert sorted(ids) == [i for i in range(1, 31) if (i - 2) % 5 != 0]
     assert {r["notes"] for r in got.rows.to_pylist()} == {"n"}  # the placeholders filled
