@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -24,6 +25,23 @@ os.environ.update(airflow_local.airflow_env(settings_mod.load()))
 os.environ["AIRFLOW_HOME"] = str(_TEST_AIRFLOW_HOME)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its shutdown chatter hits closed streams
 os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(_TEST_AIRFLOW_HOME / "passwords.json")
+# Airflow's OpenLineage provider in the in-process DAG runs (dag.test), configured before Airflow is first
+# imported (its plugin registers its listener then, or never): a file per worker, and only for the DAGs
+# whose id starts with LINEAGE_DAGS (its emission policy), so every other DAG run sends nothing. Emitted
+# in a thread, not a forked process (the provider's execute_in_thread): a fork of this many-threaded
+# process cannot reach Airflow's connections, which the Spark task's lineage reads.
+LINEAGE_DAGS = "eosflow_ingest_lineage_"
+_AIRFLOW_LINEAGE_FILE = _TEST_AIRFLOW_HOME / "openlineage.jsonl"
+os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
+    {"type": "file", "log_file_path": str(_AIRFLOW_LINEAGE_FILE), "append": True}
+)
+os.environ["AIRFLOW__OPENLINEAGE__EMISSION_POLICY"] = json.dumps(
+    [
+        {"scope": {}, "controls": {"emit": False}},
+        {"match_mode": "regex", "scope": {"dag_id": f"{LINEAGE_DAGS}.*"}, "controls": {"emit": True}},
+    ]
+)
+os.environ["AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD"] = "True"
 
 
 # Under pytest-xdist (`make test` runs three workers) a file's tests stay together on one worker, so a
@@ -123,6 +141,13 @@ def spark(settings):
     session = get_spark(settings, "eosflow-tests")
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@pytest.fixture(scope="session")
+def airflow_lineage_file():
+    """Where Airflow's OpenLineage provider writes the events of this process's DAG runs whose id starts
+    with LINEAGE_DAGS, one JSON per line."""
+    return _AIRFLOW_LINEAGE_FILE
 
 
 @pytest.fixture

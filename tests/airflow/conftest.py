@@ -82,6 +82,9 @@ def shared_airflow(running_stack, tmp_path_factory):
             {"type": "file", "log_file_path": str(lineage), "append": True}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "team-airflow",
+        # Every DAG, as the provider emits by default (the tests' own processes emit for a few: conftest).
+        "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": "[]",
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "False",
         # Its DAG files are parsed once: the pipelines they are made from never change while it serves
         # (re-parsed every 30 s by default, eight files at a time, for nothing).
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3600",

@@ -11,6 +11,7 @@ import yaml
 from confluent_kafka import Producer
 
 from eosflow.kafka_admin import ensure_topic
+from tests.conftest import LINEAGE_DAGS
 from tests.debezium_records import Table
 
 pytestmark = pytest.mark.integration
@@ -32,13 +33,40 @@ def _send(settings, table: Table, changes: list[tuple[str, dict]]) -> None:
     assert producer.flush(30) == 0
 
 
+def _assert_the_member_task_reported_its_datasets(lineage, dag_id: str, topic: str, replica: str) -> None:
+    """The mapped member's Spark task, through Airflow's OpenLineage provider: START and COMPLETE of
+    `<dag_id>.member.spark_ingest`, each valid by the spec's schemas, the member's topic in, its changelog
+    and state table out, and on COMPLETE the batch it committed (`eosflow_run`)."""
+    import json
+
+    from tests.unit.observe.test_openlineage import _validate_core
+
+    job = f"{dag_id}.member.spark_ingest"
+    events = [json.loads(line) for line in lineage.read_text().splitlines() if line.strip()]
+    mine = [e for e in events if e["job"]["name"] == job]
+    assert [e["eventType"] for e in mine] == ["START", "COMPLETE"], [
+        (e["job"]["name"], e["eventType"]) for e in events
+    ]
+    for event in mine:
+        _validate_core(event)
+        assert [d["name"] for d in event["inputs"]] == [topic]
+        assert [d["name"] for d in event["outputs"]] == [
+            f"warehouse.{replica}__changes",
+            f"warehouse.{replica}",
+        ]
+    facet = mine[1]["run"]["facets"]["eosflow_run"]
+    assert facet["outcome"] == "committed" and facet["ranges"][0]["written"] == 3
+
+
 def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
-    running_stack, airflow_db, tmp_path, monkeypatch
+    running_stack, airflow_db, airflow_lineage_file, tmp_path, monkeypatch
 ):
-    """Two DAG runs, three member Spark jobs through spark-submit: about a minute and a half."""
+    """Two DAG runs, three member Spark jobs through spark-submit: about a minute and a half. The member's
+    Spark task reports itself through Airflow's OpenLineage provider as an ingest DAG's does."""
     from eosflow_airflow.dags import build_database_dag, declared_databases
 
-    prefix, entry, target = (f"{p}{uuid.uuid4().hex[:8]}" for p in ("db", "e", "r"))
+    # The entry's DAG reports through Airflow's OpenLineage provider: its id starts with LINEAGE_DAGS.
+    prefix, entry, target = (f"{p}{uuid.uuid4().hex[:8]}" for p in ("db", "lineage_", "r"))
     config = tmp_path / "pipelines.yml"
     database = {"topic_prefix": prefix}
     config.write_text(
@@ -59,6 +87,7 @@ def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
         ],
     )
     dag = build_database_dag(declared_databases()[entry])
+    assert dag.dag_id.startswith(LINEAGE_DAGS)
     first = dag.test()
     assert str(first.state) == "success", _states(first)
     assert _states(first) == {
@@ -67,6 +96,9 @@ def test_the_database_dag_runs_each_member_and_a_later_table_is_a_new_map_index(
         "member.spark_ingest[0]": "success",
         "member.verify[0]": "success",
     }
+    _assert_the_member_task_reported_its_datasets(
+        airflow_lineage_file, dag.dag_id, customers.topic, f"{target}.customers"
+    )
 
     orders = Table(f"{prefix}.public.orders", {"id": "bigint", "total": "numeric(12,2)"})
     _send(running_stack, orders, [("c", {"id": 10, "total": "20.00"})])

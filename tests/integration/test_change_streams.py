@@ -11,7 +11,9 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
+from eosflow.errors import PipelineConfigError
 from eosflow.kafka_admin import ensure_topic
+from eosflow.runners import job
 from eosflow.schema.changes import PLACEHOLDER
 from eosflow.verify import verify_pipeline
 
@@ -130,6 +132,85 @@ def test_an_optional_column_added_to_the_declaration_is_added_to_the_state_table
     assert case.query(f"select id, vip from {state} order by id") == [(1, True), (2, None)]
     result = verify_pipeline(case.settings, case.name)
     assert result.ok, result.table()
+
+
+def test_a_key_a_numeric_and_an_arrays_element_widened_widen_the_changelog_and_the_state_table(case):
+    """The source's ids outgrew integer (ALTER ... TYPE bigint upstream): the declaration widens the key, a
+    numeric and an array's element; the next run alters both tables in one transaction, and the changes
+    from before and after keep their values. dbt's views on the tables (made by verify) are dropped for it
+    and made again by the next verify; a user's view refuses the widening, naming it, and so does a state
+    table altered by hand to a type that is no widening, before anything is read."""
+    narrow = [
+        {"name": "id", "type": "integer", "required": True},
+        {"name": "email", "type": "text", "required": True},
+        {"name": "balance", "type": "numeric(8,2)"},
+        {"name": "tags", "type": "integer[]"},
+    ]
+    state = f"replica.{case.name}"
+    case.spec.pop("business_key", None)
+    case.write_config(columns=narrow, changes="debezium", primary_key=["id"], state_table=state)
+    src = Source(case)
+    src.send("c", {"id": 1, "email": "a@x", "balance": "123456.78", "tags": [1, 2]})
+    src.send("c", {"id": 2, "email": "b@x", "balance": None, "tags": None})
+    src.send("d", {"id": 2, "email": None, "balance": None, "tags": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    assert verify_pipeline(case.settings, case.name).ok  # dbt's staging views now read both tables
+
+    wider = {"id": "bigint", "balance": "numeric(14,2)", "tags": "bigint[]"}
+    case.write_config(
+        columns=[{**c, "type": wider.get(c["name"], c["type"])} for c in narrow],
+        changes="debezium",
+        primary_key=["id"],
+        state_table=state,
+    )
+    big = 2**40
+    src.send("c", {"id": big, "email": "big@x", "balance": "123456789012.34", "tags": [big]})
+    src.send("u", {"id": 1, "email": "a2@x", "balance": "123456.78", "tags": [1, 2]})
+    src.flush()
+    before = case.ledger()
+    report = f"public.{case.name}_report"
+    _execute(case, f"create view {report} as select id, balance from {state}")
+    with pytest.raises(PipelineConfigError, match=f"while a view reads the table: {report}. Drop"):
+        case.ingest()
+    assert case.ledger() == before
+    _execute(case, f"drop view {report}")
+
+    logged: list[str] = []
+    assert job.run(case.settings, case.name, None, log=logged.append).outcome == "committed"
+    assert any(f"{state}: widened column id from integer to bigint" in m for m in logged), logged
+    assert any("dropped dbt's view" in m and "stg_state" in m for m in logged), logged
+    types = (
+        "select format_type(atttypid, atttypmod) from pg_attribute "
+        "where attrelid = %s::regclass and attname = %s"
+    )
+    for table in (case.table, state):
+        assert [case.query(types, table, c)[0][0] for c in ("id", "balance", "tags")] == [
+            "bigint",
+            "numeric(14,2)",
+            "bigint[]",
+        ], table
+    assert case.query(f"select id, email, balance, tags from {state} order by id") == [
+        (1, "a2@x", Decimal("123456.78"), [1, 2]),
+        (big, "big@x", Decimal("123456789012.34"), [big]),
+    ]
+    assert case.rejected() == []
+
+    _execute(case, f"alter table {state} alter column balance type text")  # by hand: no widening back
+    before = case.ledger()
+    with pytest.raises(
+        PipelineConfigError, match=f"column balance of state table {state} is text but declared"
+    ):
+        case.ingest()
+    assert case.ledger() == before
+    _execute(case, f"alter table {state} alter column balance type numeric(14,2) using balance::numeric")
+    result = verify_pipeline(case.settings, case.name)  # dbt's views made again, over the wider columns
+    assert result.ok, result.table()
+
+
+def _execute(case, statement: str) -> None:
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        conn.execute(statement)
 
 
 def test_verify_names_a_state_row_changed_behind_eosflows_back(case):

@@ -74,10 +74,10 @@ def _replicate_until_equal(env, settings, conninfo, entry: str, pairs: dict[str,
         time.sleep(1.0)
 
 
-def _assert_each_member_reported_its_runs(lineage, members: dict[str, tuple[str, str]]) -> None:
+def _assert_each_member_reported_its_runs(lineage, members: dict[str, tuple[str, list[str]]]) -> None:
     """OpenLineage: every run of a member is START then COMPLETE of `<member>.ingest`, its table topic in
-    and its output (the changelog) out, each event valid by the spec's schemas; the entry itself is no run.
-    members: member -> (its topic, its output as OpenLineage names it)."""
+    and its outputs (the changelog, then the state table) out, each event valid by the spec's schemas; the
+    entry itself is no run. members: member -> (its topic, its outputs as OpenLineage names them)."""
     from tests.unit.observe.test_openlineage import _validate
 
     events = [json.loads(line) for line in lineage.read_text().splitlines() if line.strip()]
@@ -88,14 +88,14 @@ def _assert_each_member_reported_its_runs(lineage, members: dict[str, tuple[str,
     assert {e["job"]["name"] for e in events} == {f"{m}.ingest" for m in members}
     for run in by_run.values():
         assert [e["eventType"] for e in run] == ["START", "COMPLETE"], run
-        topic, replica = members[run[0]["job"]["name"].removesuffix(".ingest")]
+        topic, outputs = members[run[0]["job"]["name"].removesuffix(".ingest")]
         for event in run:
             assert [d["name"] for d in event["inputs"]] == [topic]
-            assert [d["name"] for d in event["outputs"]] == [replica]
+            assert [d["name"] for d in event["outputs"]] == outputs
         assert run[1]["run"]["facets"]["eosflow_run"]["outcome"] == "committed"
 
 
-def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_added_column(
+def test_a_database_entry_replicates_each_table_and_takes_a_later_table_an_added_column_and_a_wider_type(
     connect_server, source_schema, settings, tmp_path, monkeypatch
 ):
     """Real Debezium and one eosflow run per round (a Spark job each): about a minute."""
@@ -163,7 +163,11 @@ def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_a
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"insert into {source_schema}.orders values (10, 1, 20.00), (11, 2, 5.50)")
             conn.execute(f"alter table {source_schema}.customers add column vip boolean")
-            conn.execute(f"update {source_schema}.customers set vip = true, balance = 7.25 where id = 2")
+            # A widening in the source: the member's tables follow it (a value only the wider type holds).
+            conn.execute(f"alter table {source_schema}.customers alter column balance type numeric(14,2)")
+            conn.execute(
+                f"update {source_schema}.customers set vip = true, balance = 123456789012.25 where id = 2"
+            )
             conn.execute(f"delete from {source_schema}.customers where id = 3")
         pairs[f"select id, customer, total from {source_schema}.orders order by 1"] = (
             f"select id, customer, total from {target}.{source_schema}__orders order by 1"
@@ -178,14 +182,31 @@ def test_a_database_entry_replicates_each_table_and_takes_a_later_table_and_an_a
             settings.warehouse_dsn, f"select id, vip from {target}.{source_schema}__customers order by 1"
         )
         assert vip == {1: (None,), 2: (True,)}
+        assert {c.name: c.type.declared for c in pipelines.load(settings, customers).schema.columns}[
+            "balance"
+        ] == "numeric(14,2)"
+        with psycopg.connect(settings.warehouse_dsn) as conn:
+            for table in (f"{source_schema}__customers", f"{source_schema}__customers__changes"):
+                (kind,) = conn.execute(
+                    "select format_type(atttypid, atttypmod) from pg_attribute "
+                    "where attrelid = %s::regclass and attname = 'balance'",
+                    (f"{target}.{table}",),
+                ).fetchone()
+                assert kind == "numeric(14,2)", table
         for member in (customers, orders):
             verdict = verify_pipeline(settings, member)
             assert verdict.ok, verdict.table()
         _assert_each_member_reported_its_runs(
             lineage,
             {
-                # the output as the sink names it: a change stream's changelog, beside its replica
-                m: (f"{prefix}.{source_schema}.{t}", f"warehouse.{target}.{source_schema}__{t}__changes")
+                # the outputs as the sink names them: a change stream's changelog, then its replica
+                m: (
+                    f"{prefix}.{source_schema}.{t}",
+                    [
+                        f"warehouse.{target}.{source_schema}__{t}__changes",
+                        f"warehouse.{target}.{source_schema}__{t}",
+                    ],
+                )
                 for m, t in ((customers, "customers"), (orders, "orders"))
             },
         )

@@ -129,6 +129,44 @@ def test_a_redelivered_older_change_in_a_later_run_never_overwrites_nor_brings_a
     verified(case)
 
 
+def test_a_key_a_decimal_and_an_arrays_element_widened_apply_and_a_deleted_key_stays_deleted(case):
+    """Iceberg's own promotion of the state table's identifier field (int to long) and a decimal's
+    precision (an array is its text there: a wider element changes nothing); the hard-deleted keys, stored
+    before under the old key type, still keep an older re-delivered create of a deleted key out."""
+    narrow = [
+        {"name": "id", "type": "integer", "required": True},
+        {"name": "email", "type": "text", "required": True},
+        {"name": "balance", "type": "numeric(8,2)"},
+        {"name": "tags", "type": "integer[]"},
+    ]
+    table = as_iceberg_state(case, columns=narrow)
+    src = Source(case)
+    src.send("c", {"id": 1, "email": "a@x", "balance": "123456.78", "tags": [1, 2]})
+    deleted = src.send("c", {"id": 2, "email": "gone@x", "balance": None, "tags": None})
+    src.send("d", {"id": 2, "email": None, "balance": None, "tags": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+
+    wider = {"id": "bigint", "balance": "numeric(14,2)", "tags": "bigint[]"}
+    as_iceberg_state(case, columns=[{**c, "type": wider.get(c["name"], c["type"])} for c in narrow])
+    big = 2**40
+    src.send("c", {"id": big, "email": "big@x", "balance": "123456789012.34", "tags": [big]})
+    src.send("u", {"id": 1, "email": "a2@x", "balance": "123456.78", "tags": [1, 2]})
+    src.send("c", {"id": 2, "email": "gone@x", "balance": None, "tags": None}, lsn=deleted)  # re-delivered
+    src.flush()
+    assert case.ingest().outcome == "committed"
+    from eosflow.sinks.iceberg.catalog import catalog
+
+    fields = {f.name: str(f.field_type) for f in catalog(case.settings).load_table(table).schema().fields}
+    assert (fields["id"], fields["balance"], fields["tags"]) == ("long", "decimal(14, 2)", "string")
+    rows = {r["id"]: (r["email"], r["balance"], r["tags"]) for r in scan(case, table)}
+    assert rows == {
+        1: ("a2@x", Decimal("123456.78"), "{1,2}"),
+        big: ("big@x", Decimal("123456789012.34"), f"{{{big}}}"),
+    }
+    verified(case)
+
+
 def test_soft_deletes_keep_the_row_marked_with_its_last_image(case):
     table = as_iceberg_state(case, deletes="soft")
     src = Source(case)

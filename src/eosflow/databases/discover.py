@@ -1,9 +1,11 @@
 """Discovery: a `database:` entry's table topics found in Kafka, each table's shape read from Debezium's
 schema block in its latest records, and the members recorded in the warehouse (store.py).
 
-A table already recorded keeps its shape unless its records now show more columns: those are added, as
-optional columns (the table's earlier records do not hold them). Any other difference (a type, the key)
-is recorded as the member's conflict, which refuses its runs with the difference named, and leaves its
+A table already recorded keeps its shape unless its records now show more columns, or a column's type
+widened (the source's ALTER ... TYPE bigint: docs/DESIGN.md, "Declarations that evolve"): more columns
+are added as optional columns (the table's earlier records do not hold them), a widened type recorded, and
+the member's tables follow on its next run. Any other difference (another type change, the key) is
+recorded as the member's conflict, which refuses its runs with the difference named, and leaves its
 recorded shape alone (docs/DESIGN.md, "A whole database in one declaration").
 """
 
@@ -19,6 +21,7 @@ from eosflow.databases import store
 from eosflow.databases.declaration import Database
 from eosflow.databases.schema_block import SchemaBlockError, TableShape, shape
 from eosflow.kafka_client import KafkaConfig, admin_client, client_config
+from eosflow.schema import evolution
 
 # How far back from a partition's end discovery looks for a change with a value (past tombstones).
 _LOOK_BACK = 64
@@ -164,11 +167,17 @@ def _merge(before: TableShape | None, read: TableShape) -> tuple[TableShape, str
         return read, f"new, {len(read.columns)} columns, primary key {list(read.primary_key)}{left}"
     held = {c["name"]: c for c in before.columns}
     now = {c["name"]: c for c in read.columns}
-    differ = [
-        f"{n}: {_spell(held[n])} is now {_spell(now[n])}"
+    changed = [
+        n
         for n in held
         if n in now and (held[n]["type"], held[n]["source"]) != (now[n]["type"], now[n]["source"])
     ]
+    widened = [
+        n
+        for n in changed
+        if held[n]["source"] == now[n]["source"] and evolution.widens(held[n]["type"], now[n]["type"])
+    ]
+    differ = [f"{n}: {_spell(held[n])} is now {_spell(now[n])}" for n in changed if n not in widened]
     if read.primary_key != before.primary_key:
         differ.append(f"primary key {list(before.primary_key)} is now {list(read.primary_key)}")
     if differ:
@@ -179,13 +188,18 @@ def _merge(before: TableShape | None, read: TableShape) -> tuple[TableShape, str
     # Optional: the table's earlier records do not hold them.
     added = [{k: v for k, v in c.items() if k != "required"} for n, c in now.items() if n not in held]
     left_out = before.left_out | {k: v for k, v in read.left_out.items() if k not in held}
-    merged = TableShape(before.columns + tuple(added), before.primary_key, left_out)
+    kept = tuple(dict(c, type=now[c["name"]]["type"]) if c["name"] in widened else c for c in before.columns)
+    merged = TableShape(kept + tuple(added), before.primary_key, left_out)
     dropped = [n for n in held if n not in now]
     gone = f"; no longer in the source (kept): {dropped}" if dropped else ""
-    if not added and left_out == before.left_out and before.conflict is None:
+    wider = "; ".join(f"{n} from {held[n]['type']} to {now[n]['type']}" for n in widened)
+    if not added and not widened and left_out == before.left_out and before.conflict is None:
         return before, "unchanged" + gone
+    if widened and not added and left_out == before.left_out:
+        return merged, f"widened: {wider}" + gone
     return merged, (
         (f"columns added: {[c['name'] for c in added]}" if added else "no column added")
+        + (f"; widened: {wider}" if widened else "")
         + gone
         + (f"; left out: {_left_out(read)}" if read.left_out else "")
     )

@@ -172,18 +172,20 @@ class RunLineage:
         return self._event("FAIL", _failure(message), {})
 
     def datasets(self, output_facets: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
-        """The run's inputs (its topics) and output (its sink's) in OpenLineage's naming, with facets."""
+        """The run's inputs (its topics) and outputs (its sink's: the output, and a change stream's state
+        table after it) in OpenLineage's naming, with facets; `output_facets` (the rows written) are the
+        output's: the state table's rows are keys, not the batch's rows."""
         from openlineage.client import event_v2
 
         inputs = [kafka_topic(self.settings, t) for t in self.pipeline.topics]
-        output = from_uri(self.pipeline.sink.output_uri(self.settings))
         outputs = [
             event_v2.OutputDataset(
                 output.namespace,
                 output.name,
-                outputFacets=dict(output_facets),
+                outputFacets=dict(output_facets) if i == 0 else {},
                 facets=_column_facets(self.pipeline, inputs),
             )
+            for i, output in enumerate(map(from_uri, self.pipeline.sink.lineage_outputs(self.settings)))
         ]
         return [event_v2.InputDataset(n.namespace, n.name) for n in inputs], outputs
 

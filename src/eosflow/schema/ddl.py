@@ -79,6 +79,7 @@ class Migration:
 
     statements: list[sql.Composed]
     notes: list[str]
+    retypes: bool = False  # a column's type changes: Postgres refuses it under a view that reads the table
 
 
 def spelling(postgres_type: str) -> str:
@@ -106,7 +107,6 @@ def migration(
         declared,
         [Column(e.name, spelling(e.type), e.not_null) for e in existing],
         renamed=renamed,
-        keep_types=schema.changes is not None,
     )
     if found.refusals:
         raise IncompatibleTargetError(
@@ -129,7 +129,7 @@ def migration(
         elif change.kind == Kind.RELAX or have[change.column].not_null:
             statements.append(sql.SQL("alter table {} alter column {} drop not null").format(target, column))
         notes.append(f"{table}: {change}")  # a column retired before: nothing left to do but say it
-    return Migration(statements, notes)
+    return Migration(statements, notes, retypes=any(c.kind == Kind.WIDEN for c in found.changes))
 
 
 def _remedy(table: str, refusal: Refusal) -> str:

@@ -90,8 +90,18 @@ def renames(before: Mapping[str, tuple], now: Mapping[str, tuple]) -> dict[str, 
     return {name: removed[path] for name, path in now.items() if name not in before and path in removed}
 
 
+def _elements(have: str, want: str) -> tuple[str, str] | None:
+    """Both arrays: their element types; else None."""
+    if have.endswith("[]") and want.endswith("[]"):
+        return have[:-2], want[:-2]
+    return None
+
+
 def widens(have: str, want: str) -> bool:
-    """Whether every value of `have` is a value of `want`, unchanged (the rule for Postgres)."""
+    """Whether every value of `have` is a value of `want`, unchanged (the rule for Postgres; an array's
+    element by the same rule)."""
+    if elements := _elements(have, want):
+        return widens(*elements)
     if (have, want) in (("integer", "bigint"), ("integer", "double")):
         return True  # a 32-bit integer is a double exactly; a bigint above 2^53 is not
     h, w = numeric(have), numeric(want)
@@ -99,7 +109,10 @@ def widens(have: str, want: str) -> bool:
 
 
 def iceberg_promotes(have: str, want: str) -> bool:
-    """Iceberg's own type promotion (the spec's "Schema Evolution"): int to long, a decimal's precision."""
+    """Iceberg's own type promotion (the spec's "Schema Evolution"): int to long, a decimal's precision; a
+    list's element field as any field."""
+    if elements := _elements(have, want):
+        return iceberg_promotes(*elements)
     if (have, want) == ("integer", "bigint"):
         return True
     h, w = numeric(have), numeric(want)
@@ -112,13 +125,11 @@ def evolve(
     *,
     widening: Callable[[str, str], bool] = widens,
     renamed: Mapping[str, str] | None = None,
-    keep_types: bool = False,
 ) -> Evolution:
     """What brings `target` to `declared`, or what stops it.
 
     renamed: {new column: removed column} for new columns that read what a removed one read (the sink
-    knows the last declaration's sources). keep_types: every type change refused (a change stream, whose
-    state table would need it in the same step).
+    knows the last declaration's sources).
     """
     have = {c.name: c for c in target}
     names = {c.name for c in declared}
@@ -136,7 +147,7 @@ def evolve(
                 changes.append(Change(Kind.ADD, column.name, column.type))
             continue
         if old.type != column.type:
-            if not keep_types and widening(old.type, column.type):
+            if widening(old.type, column.type):
                 changes.append(Change(Kind.WIDEN, column.name, column.type, was=old.type))
             else:
                 refusals.append(Refusal(Problem.TYPE, column.name, have=old.type, want=column.type))

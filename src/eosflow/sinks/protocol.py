@@ -167,6 +167,11 @@ class Sink(ABC):
     def output_uri(self, settings: Settings) -> str:
         """The output as a lineage asset URI (postgres://host:port/db/schema/table, kafka://host/topic)."""
 
+    def lineage_outputs(self, settings: Settings) -> tuple[str, ...]:
+        """Every dataset a run writes, as lineage URIs (OpenLineage's outputs): the output first, then what
+        the sink keeps beside it in the same commit (a change stream's state table)."""
+        return (self.output_uri(settings),)
+
     def describe(self) -> str:
         """The output in a DAG's Markdown description."""
         return f"`{self.output}`"

@@ -76,7 +76,7 @@ def test_a_field_whose_name_is_no_plain_column_name_is_left_out_not_read_as_a_pa
     assert {"a.b", "\u212a"} <= set(found.left_out) and "k" not in _types(found)
 
 
-def test_a_column_added_in_the_source_is_added_optional_and_a_changed_type_is_a_conflict():
+def test_a_column_added_in_the_source_is_added_optional_a_widened_type_widens_and_another_is_a_conflict():
     before = shape(RECORD["key"]["schema"], RECORD["value"]["schema"])
     assert _merge(before, before) == (before, "unchanged")
     more = TableShape(
@@ -87,16 +87,28 @@ def test_a_column_added_in_the_source_is_added_optional_and_a_changed_type_is_a_
     merged, line = _merge(before, more)
     assert merged.columns[-1] == {"name": "vip", "type": "boolean", "source": "$.vip"}  # optional
     assert "columns added: ['vip']" in line and merged.conflict is None
-    retyped = TableShape(
+    # The source's ALTER ... TYPE bigint: a widening (docs/DESIGN.md, "Declarations that evolve"), recorded
+    # so the member's tables follow it on its next run.
+    widened = TableShape(
         tuple(dict(c, type="bigint") if c["name"] == "sm" else c for c in merged.columns),
         before.primary_key,
         before.left_out,
     )
-    refused, line = _merge(merged, retyped)
-    assert refused.columns == merged.columns  # the recorded shape is kept
-    assert refused.conflict == "sm: integer from $.sm is now bigint from $.sm"
+    recorded, line = _merge(merged, widened)
+    assert recorded.columns == widened.columns and recorded.conflict is None
+    assert line == "widened: sm from integer to bigint"
+    # Anything else that is no widening stays a conflict.
+    retyped = TableShape(
+        tuple(dict(c, type="integer") if c["name"] == "sm" else c for c in recorded.columns),
+        before.primary_key,
+        before.left_out,
+    )
+    refused, line = _merge(recorded, retyped)
+    assert refused.columns == recorded.columns  # the recorded shape is kept
+    assert refused.conflict == "sm: bigint from $.sm is now integer from $.sm"
     assert line.startswith("refused until a person decides")
     assert TableShape.from_json(refused.as_json()) == refused
+    merged = recorded
     dropped = TableShape(merged.columns[:-1], merged.primary_key, merged.left_out)
     kept, line = _merge(merged, dropped)
     assert kept.columns == merged.columns and "no longer in the source (kept): ['vip']" in line

@@ -175,6 +175,28 @@ def test_a_kafka_sinks_output_is_a_topic_in_kafkas_naming(settings, tmp_path):
     ]
 
 
+def test_a_change_streams_outputs_are_its_changelog_then_its_state_table(settings, tmp_path):
+    """Both are written in the commit's one transaction; the rows written are the changelog's."""
+    pipeline = _pipeline(
+        tmp_path,
+        changes="debezium",
+        primary_key=["order_id"],
+        state_table="replica.orders",
+        business_key=None,
+    )
+    event = openlineage.as_json(openlineage.RunLineage(settings, pipeline, "ingest").complete(_summary()))
+    _validate(event)
+    changelog, state = event["outputs"]
+    assert [(d["namespace"], d["name"]) for d in (changelog, state)] == [
+        ("postgres://warehouse.example:5433", "analytics.raw.orders"),
+        ("postgres://warehouse.example:5433", "analytics.replica.orders"),
+    ]
+    assert changelog["outputFacets"]["outputStatistics"]["rowCount"] == 14
+    assert "outputStatistics" not in state.get("outputFacets", {})
+    assert state["facets"]["schema"] == changelog["facets"]["schema"]
+    assert state["facets"]["columnLineage"]["fields"]["amount"]["inputFields"][0]["field"] == "total.amount"
+
+
 def test_a_streams_summary_is_a_streaming_job_whose_facet_validates(settings, tmp_path):
     from eosflow.runners.stream_status import StreamStatus
 

@@ -38,7 +38,12 @@ def test_a_new_optional_column_is_added_and_a_new_required_one_refused():
         ("numeric(10,2)", "numeric(12,1)", False, False),  # rounds
         ("text", "uuid", False, False),
         ("integer", "text", False, False),  # text from a scalar: not yet
-        ("integer[]", "bigint[]", False, False),  # an array's element: not yet
+        ("integer[]", "bigint[]", True, True),  # an array's element by the same rules
+        ("integer[]", "double[]", True, False),
+        ("numeric(10,2)[]", "numeric(12,2)[]", True, True),
+        ("bigint[]", "integer[]", False, False),
+        ("integer", "bigint[]", False, False),  # a scalar is no array
+        ("integer[]", "bigint", False, False),
     ],
 )
 def test_widenings_are_those_that_keep_every_value(have, want, postgres, iceberg):
@@ -69,9 +74,29 @@ def test_a_type_change_that_is_no_widening_is_refused_naming_both_types():
     assert str(refusal) == "column n is bigint in the target but declared integer"
 
 
-def test_a_change_stream_keeps_its_types():
-    found = evolve([Column("n", "bigint", False)], [Column("n", "integer", False)], keep_types=True)
-    assert [r.problem for r in found.refusals] == [Problem.TYPE]
+def test_a_change_streams_changelog_widens_its_key_and_columns_as_any_target():
+    """Its state table follows in the same transaction (tests/integration/test_change_streams.py)."""
+    schema = parse_schema(
+        {
+            "format": "json",
+            "changes": "debezium",
+            "primary_key": ["id"],
+            "columns": [
+                {"name": "id", "type": "bigint", "required": True},
+                {"name": "tags", "type": "bigint[]"},
+            ],
+        },
+        "p",
+    )
+    old = [
+        ddl.Existing(n, {"id": "integer", "tags": "integer[]"}.get(n, t), nn)
+        for n, t, nn in ddl.target_columns(schema)
+    ]
+    texts = [s.as_string() for s in ddl.migration("raw.c", schema, old, "p").statements]
+    assert texts == [
+        'alter table "raw"."c" alter column "id" type bigint',
+        'alter table "raw"."c" alter column "tags" type bigint[]',
+    ]
 
 
 def test_required_to_optional_relaxes_and_optional_to_required_is_refused():

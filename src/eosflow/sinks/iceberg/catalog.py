@@ -100,7 +100,7 @@ def ensure_table(
         log(f"created Iceberg table {name} at {table.location()}, partitioned by day of kafka_timestamp")
         return table
     _refuse_incompatible(table, state=bool(key))
-    _evolve(table, wanted, log, keep_types=bool(key), renamed=renamed)
+    _evolve(table, wanted, log, renamed=renamed)
     if table.properties.get("commit.retry.num-retries") != "0":
         with table.transaction() as tx:
             tx.set_properties(NO_RETRIES)
@@ -150,12 +150,11 @@ def arrow_schema(columns: list[tuple[str, pa.DataType]], key: tuple[str, ...] = 
     return pa.schema([pa.field(n, t, nullable=n not in required) for n, t in columns])
 
 
-def _evolve(
-    table: Table, wanted: pa.Schema, log, keep_types: bool = False, renamed: Mapping[str, str] | None = None
-) -> None:
+def _evolve(table: Table, wanted: pa.Schema, log, renamed: Mapping[str, str] | None = None) -> None:
     """The table brought to the declaration by Iceberg's own schema evolution (docs/DESIGN.md,
     "Declarations that evolve"): a new optional column, a type promotion Iceberg allows, a column made
-    optional; a column no longer declared kept, NULL in eosflow's files from now on. Else refused."""
+    optional; a column no longer declared kept, NULL in eosflow's files from now on.
+    Else refused. A change stream's state table alike, its key's columns too."""
     from eosflow.schema import evolution
     from eosflow.schema.evolution import Column, Kind
 
@@ -166,7 +165,6 @@ def _evolve(
         [Column(f.name, _spelling(f.field_type), f.required) for f in fields],
         widening=evolution.iceberg_promotes,
         renamed=renamed,
-        keep_types=keep_types,
     )
     if found.refusals:
         raise PipelineConfigError(
@@ -192,7 +190,8 @@ def _evolve(
 
 def _spelling(iceberg_type) -> str:
     """An Iceberg type in the declaration's spelling where the rules tell types apart (its own otherwise:
-    text, uuid and jsonb are all strings to Iceberg, and a change among them changes no file)."""
+    text, uuid and jsonb are all strings to Iceberg, and a change among them changes no file; so is an
+    array, written as its Postgres literal)."""
     from pyiceberg.types import DecimalType, DoubleType, IntegerType, LongType
 
     if isinstance(iceberg_type, DecimalType):

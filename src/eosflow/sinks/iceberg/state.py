@@ -697,14 +697,17 @@ def _tombstones(table, key: list[str]) -> pa.Table:
 
     stored = table.properties.get(TOMBSTONES)
     uri = None if stored is None else json.loads(stored).get("file")
+    current = table_schema(table)
+    schema = pa.schema(
+        [current.field(k) for k in key] + [("change_lsn", pa.int64()), ("kafka_partition", pa.int32()),
+                                           ("kafka_offset", pa.int64())]
+    )  # fmt: skip
     if not uri:
-        wanted = table_schema(table)
-        return pa.schema(
-            [wanted.field(k) for k in key] + [("change_lsn", pa.int64()), ("kafka_partition", pa.int32()),
-                                              ("kafka_offset", pa.int64())]
-        ).empty_table()  # fmt: skip
+        return schema.empty_table()
     with table.io.new_input(uri).open() as f:
-        return pq.read_table(f)
+        held = pq.read_table(f)
+    # Written under the key's type of its day: a key widened since (int to long) is read as it is now.
+    return held.select(schema.names).cast(schema)
 
 
 def _new_tombstones(

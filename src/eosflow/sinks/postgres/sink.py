@@ -101,15 +101,23 @@ class PostgresSink(Sink):
 
         return table_uri(settings, self.target_table)
 
+    def lineage_outputs(self, settings: Settings) -> tuple[str, ...]:
+        """The changelog (the output), and a change stream's state table, written in the same transaction."""
+        from eosflow.assets import table_uri
+
+        state = (table_uri(settings, self.state_table),) if self.state_table else ()
+        return (self.output_uri(settings), *state)
+
     def prepare(self, conn: psycopg.Connection, settings: Settings, pipeline: Pipeline, log: Log) -> None:
         """The target made (or evolved) from the declaration; staging a crashed run left, swept."""
         from eosflow.sinks.postgres import target
 
-        target.ensure_target(conn, pipeline, log)
-        if self.state_table:
-            from eosflow.sinks.postgres.state import ensure_state_table
+        with conn.transaction():  # a change stream's two tables follow the declaration together
+            target.ensure_target(conn, pipeline, log)
+            if self.state_table:
+                from eosflow.sinks.postgres.state import ensure_state_table
 
-            ensure_state_table(conn, pipeline, self.state_table, self.deletes is Deletes.SOFT)
+                ensure_state_table(conn, pipeline, self.state_table, self.deletes is Deletes.SOFT, log)
         target.sweep_staging(conn, log)
 
     def write(self, conn: psycopg.Connection, run: Run) -> dict[tuple[str, int], int]:

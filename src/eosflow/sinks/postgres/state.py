@@ -19,11 +19,14 @@ import psycopg
 from psycopg import sql
 
 from eosflow.delivery import Delivery
+from eosflow.errors import PipelineConfigError
 from eosflow.ledger.ranges import OffsetRange
 from eosflow.rows import one_row
+from eosflow.schema import ddl, evolution
 from eosflow.schema.changes import declared
 from eosflow.sinks.deletes import Deletes
-from eosflow.sinks.protocol import Pipeline
+from eosflow.sinks.postgres.target import clear_views, existing_columns
+from eosflow.sinks.protocol import Log, Pipeline
 
 KEYS = "_eosflow_state_keys"  # the keys a commit recomputes: a temporary table, dropped at commit
 LAST = "_eosflow_state_last"  # their last changes, likewise
@@ -58,9 +61,13 @@ def _latest_first(alias: str) -> sql.SQL:
     return sql.SQL(", ".join(term.format(t=alias) + " desc" for term in _TERMS))
 
 
-def ensure_state_table(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, soft: bool) -> None:
+def ensure_state_table(
+    conn: psycopg.Connection, pipeline: Pipeline, state_table: str, soft: bool, log: Log
+) -> None:
     """The state table (declared columns, the key NOT NULL and primary, the last change's position), and
-    the changelog's indexes the recomputation reads by: the key and order, and the truncates."""
+    the changelog's indexes the recomputation reads by: the key and order, and the truncates. A declared
+    column added or widened since is added or widened here too, in the caller's transaction with the
+    changelog's (docs/DESIGN.md, "Declarations that evolve")."""
     schema = pipeline.schema
     key = schema.primary_key
     columns = [
@@ -96,6 +103,7 @@ def ensure_state_table(conn: psycopg.Connection, pipeline: Pipeline, state_table
                 _ident(state_table), sql.Identifier(c.name), sql.SQL(c.type.postgres)
             )
         )
+    _widen(conn, pipeline, state_table, log)
     changelog = _ident(pipeline.target_table)
     name = pipeline.target_table.split(".")[1]
     conn.execute(
@@ -109,6 +117,35 @@ def ensure_state_table(conn: psycopg.Connection, pipeline: Pipeline, state_table
             "change_op = 't'"
         ).format(sql.Identifier(f"{name[:40]}_truncates"), changelog)  # fmt: skip
     )
+
+
+def _widen(
+    conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: Callable[[str], None]
+) -> None:
+    """Each declared column whose type the declaration widened (the changelog's evolution allowed it: the
+    same rule here) takes the declared type; a column of another type (altered by hand) is refused."""
+    have = {e.name: ddl.spelling(e.type) for e in existing_columns(conn, state_table)}
+    cleared = False
+    for c in declared(pipeline.schema):
+        was, want = have[c.name], ddl.spelling(c.type.postgres)
+        if was == want:
+            continue
+        if not evolution.widens(was, want):
+            raise PipelineConfigError(
+                f"pipeline {pipeline.name!r}: column {c.name} of state table {state_table} is {was} but "
+                f"declared {want}, and the one is no widening of the other. Bring it back to {was} "
+                f"(`alter table {state_table} alter column {c.name} type {was}`), or declare a new pipeline "
+                "whose new state table is rebuilt from the topics"
+            )
+        if not cleared:
+            clear_views(conn, pipeline, state_table, log)
+            cleared = True
+        conn.execute(
+            sql.SQL("alter table {} alter column {} type {}").format(
+                _ident(state_table), sql.Identifier(c.name), sql.SQL(c.type.postgres)
+            )
+        )
+        log(f"{state_table}: widened column {c.name} from {was} to {want}")
 
 
 def remember_keys(conn: psycopg.Connection, pipeline: Pipeline, ranges: Iterable[OffsetRange]) -> None:

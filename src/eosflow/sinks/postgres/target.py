@@ -14,6 +14,7 @@ from psycopg import sql
 from eosflow.delivery import Delivery
 from eosflow.errors import PipelineConfigError
 from eosflow.ledger import store
+from eosflow.names import owned_schema
 from eosflow.rows import one_row
 from eosflow.schema import ddl
 from eosflow.sinks.protocol import Pipeline
@@ -155,12 +156,14 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline, log: Callable[[s
             migration = ddl.migration(
                 pipeline.target_table,
                 pipeline.schema,
-                _existing_columns(conn, pipeline.target_table),
+                existing_columns(conn, pipeline.target_table),
                 pipeline.name,
                 renamed=store.renamed_columns(conn, pipeline.name, pipeline.schema),
             )
         except ddl.IncompatibleTargetError as exc:
             raise PipelineConfigError(str(exc)) from None
+        if migration.retypes:
+            clear_views(conn, pipeline, pipeline.target_table, log)
         for statement in migration.statements:
             conn.execute(statement)
         for note in migration.notes:
@@ -176,7 +179,34 @@ def ensure_target(conn: psycopg.Connection, pipeline: Pipeline, log: Callable[[s
             _refuse_keyed_target(conn, pipeline)
 
 
-def _existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing]:
+def clear_views(conn: psycopg.Connection, pipeline: Pipeline, table: str, log: Callable[[str], None]) -> None:
+    """Before a column of `table` changes type (Postgres refuses that under a view reading the table):
+    dbt's views on it (in dbt's schemas: its staging views, built again by the next `eosflow verify`) are
+    dropped; any other view refuses the change, named with what to do."""
+    views = conn.execute(
+        "select distinct n.nspname, v.relname from pg_depend d "
+        "join pg_rewrite r on r.oid = d.objid join pg_class v on v.oid = r.ev_class "
+        "join pg_namespace n on n.oid = v.relnamespace "
+        "where d.classid = 'pg_rewrite'::regclass and d.refclassid = 'pg_class'::regclass "
+        "and d.refobjid = %s::regclass and v.oid <> d.refobjid order by 1, 2",
+        (table,),
+    ).fetchall()
+    others = [f"{schema}.{name}" for schema, name in views if owned_schema(schema) != "dbt"]
+    if others:
+        raise PipelineConfigError(
+            f"pipeline {pipeline.name!r}: the declaration widens a column of {table}, and Postgres cannot "
+            f"change a column's type while a view reads the table: {', '.join(others)}. Drop the view(s), "
+            "run again (the column is widened, nothing else changes), then create them again"
+        )
+    for schema, name in views:
+        conn.execute(sql.SQL("drop view if exists {}").format(sql.Identifier(schema, name)))
+        log(
+            f"{table}: dropped dbt's view {schema}.{name} to widen a column (the next verify builds it again)"
+        )
+
+
+def existing_columns(conn: psycopg.Connection, table: str) -> list[ddl.Existing]:
+    """The table's columns as its catalog holds them (format_type's spelling)."""
     rows = conn.execute(
         "select attname, format_type(atttypid, atttypmod), attnotnull from pg_attribute "
         "where attrelid = %s::regclass and attnum > 0 and not attisdropped order by attnum",
