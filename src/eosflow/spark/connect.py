@@ -97,8 +97,16 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
 def close(spark: SparkSession) -> None:
     """End a run's session, and take this process out of Spark Connect mode: pyspark's builder sets
     SPARK_CONNECT_MODE_ENABLED for good, after which a local session asked for in the same process (a later
-    run without a server, a test's) would be handed the remote one."""
+    run without a server, a test's) would be handed the remote one.
+
+    The server is asked once to release the session, never retried: a server that is gone has nothing to
+    release (the session died with it), and retrying as a run's actions retry doubled the time a run on a
+    SIGKILLed server took to fail (27.6 s instead of 13.6 s). A live server expires a session it was not
+    asked to release."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
     try:
+        spark.client.set_retry_policies([DefaultPolicy(max_retries=0)])
         spark.stop()
     finally:
         os.environ.pop(_CONNECT_MODE, None)
