@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from eosflow.kafka_client import KafkaConfig, admin_client, bootstrap
@@ -16,6 +17,32 @@ if TYPE_CHECKING:  # a declaration loads the sinks, which read Kafka through the
 
 class TopicMissingError(RuntimeError):
     pass
+
+
+# A moment without a leader (a broker restarting, a leader moving, a new topic's partitions not led yet):
+# Kafka's answer to a ListOffsets then, asked again until the caller's timeout. librdkafka's admin client
+# does not retry these itself.
+_LEADERSHIP = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
+def _listed(admin, topic: str, request: dict[TopicPartition, OffsetSpec], timeout: float) -> dict[int, int]:
+    """Each requested partition's offset (under read_committed), asked again while a partition has no
+    leader, within `timeout`; any other error (or no leader by then) fails, naming the topic."""
+    deadline = time.monotonic() + timeout
+    pause = 0.1
+    while True:
+        try:
+            futures = admin.list_offsets(
+                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+            )
+            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in _LEADERSHIP and time.monotonic() + pause < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            raise RuntimeError(f"could not list offsets of {topic}: {error.str()}") from exc
 
 
 def partition_offsets(
@@ -32,14 +59,7 @@ def partition_offsets(
     partitions = sorted(info.partitions)
 
     def ask(spec: OffsetSpec) -> dict[int, int]:
-        request = {TopicPartition(topic, p): spec for p in partitions}
-        try:
-            futures = admin.list_offsets(
-                request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
-            )
-            return {tp.partition: fut.result().offset for tp, fut in futures.items()}
-        except KafkaException as exc:
-            raise RuntimeError(f"could not list offsets of {topic}: {exc.args[0].str()}") from exc
+        return _listed(admin, topic, {TopicPartition(topic, p): spec for p in partitions}, timeout)
 
     log_start = ask(OffsetSpec.earliest())
     stable_end = ask(OffsetSpec.latest())  # under READ_COMMITTED: the last stable offset
@@ -67,10 +87,7 @@ def offsets_for_time(
     """Per partition, the first offset whose record time is at or after epoch_ms (the end if none)."""
     admin, _ = admin_client(kafka)
     request = {TopicPartition(topic, p): OffsetSpec.for_timestamp(epoch_ms) for p in partitions}
-    futures = admin.list_offsets(
-        request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
-    )
-    found = {tp.partition: fut.result().offset for tp, fut in futures.items()}
+    found = _listed(admin, topic, request, timeout)
     return {p: (off if off >= 0 else stable_end[p]) for p, off in found.items()}
 
 
