@@ -26,7 +26,6 @@ from eosflow.sinks.iceberg.config import PROPERTIES_ENV, CatalogConfig
 from tests.integration.lakes import lake_properties
 from tests.integration.test_iceberg_sink import _replay, as_iceberg_sink, produce_bad
 from tests.interop.spark_iceberg import (
-    Reader,
     ReaderError,
     ReaderSession,
     SparkRead,
@@ -55,7 +54,7 @@ def _fields(schema) -> list[tuple[str, str, bool]]:
 
 
 def assert_spark_reads_what_pyiceberg_reads(
-    case, reader: Reader | ReaderSession, table: str, **extra: str
+    case, reader: ReaderSession, table: str, **extra: str
 ) -> SparkRead:
     """Same columns and types, same count, the same Kafka coordinates (none twice), every value equal; and
     the same snapshots. Returns Spark's read."""
@@ -197,8 +196,12 @@ def test_a_read_that_hangs_is_ended_with_sparks_jvm(case, spark_reader, monkeypa
     from tests.interop import spark_iceberg
 
     monkeypatch.setattr(spark_iceberg, "READ_TIMEOUT_S", 4)  # Spark is still starting then
-    with pytest.raises(ReaderError, match=r"did not read lake\.anything within 4 s") as e:
-        spark_reader.read(jdbc_catalog(case.settings), "lake.anything")  # a session of its own
+    # A session of its own, whose Spark is still starting at 4 s.
+    with (
+        pytest.raises(ReaderError, match=r"did not read lake\.anything within 4 s") as e,
+        spark_reader.session() as own,
+    ):
+        own.read(jdbc_catalog(case.settings), "lake.anything")
     assert e.value.pid is not None
     deadline = time.monotonic() + 10
     while (left := _in_group(e.value.pid)) and time.monotonic() < deadline:

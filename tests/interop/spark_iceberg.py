@@ -8,14 +8,15 @@ hashes), and the jars of infra/maven/iceberg-reader/pom.xml (strict checksums, S
 infra/jars.sha256), both made on first use and kept.
 
     reader = ensure_reader(settings)
-    got = reader.read(jdbc_catalog(settings), "lake.orders")  # got.rows: a pyarrow.Table
-    got = reader.read(from_pyiceberg(pyiceberg_properties), "lake.orders", catalog_name="...")
+    with reader.session() as spark:
+        got = spark.read(jdbc_catalog(settings), "lake.orders")  # got.rows: a pyarrow.Table
+        got = spark.read(from_pyiceberg(pyiceberg_properties), "lake.orders", catalog_name="...")
 
 Any catalog Iceberg's Spark runtime knows (jdbc, rest, ...): each property passes through as
 spark.sql.catalog.<name>.<key>; from_pyiceberg renames the few PyIceberg names Java spells otherwise.
 
 A session is one Spark process (tests/interop/spark_read.py under the reader's Python) that reads as many
-tables as it is asked, Spark started once; `read` alone is a session of one read:
+tables as it is asked, Spark started once:
 
     with reader.session() as spark:
         first = spark.read(jdbc_catalog(settings), "lake.orders")
@@ -110,17 +111,6 @@ class Reader:
                 yield session
             finally:
                 session.close()
-
-    def read(
-        self,
-        catalog: dict[str, str],
-        table: str,
-        columns: list[str] | None = None,
-        catalog_name: str = "eosflow",
-    ) -> SparkRead:
-        """One read in a Spark process of its own (see ReaderSession.read)."""
-        with self.session() as session:
-            return session.read(catalog, table, columns, catalog_name)
 
 
 class ReaderSession:
