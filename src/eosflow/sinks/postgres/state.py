@@ -119,9 +119,7 @@ def ensure_state_table(
     )
 
 
-def _widen(
-    conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: Callable[[str], None]
-) -> None:
+def _widen(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: Log) -> None:
     """Each declared column whose type the declaration widened (the changelog's evolution allowed it: the
     same rule here) takes the declared type; a column of another type (altered by hand) is refused."""
     have = {e.name: ddl.spelling(e.type) for e in existing_columns(conn, state_table)}
