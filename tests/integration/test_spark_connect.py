@@ -1,5 +1,7 @@
-"""Runs through a warm Spark: the stack's Spark Connect server (Spark 4.3's own, `--with spark-connect`), one
-session per run, the run's code shipped as a session artifact (DESIGN.md, "A warm Spark").
+"""Runs through a warm Spark: the stack's Spark Connect server (Spark 4.3's plugin, `--with spark-connect`),
+one session per run, the tasks on the server's kept Python workers running its installed eosflow, which they
+check is the run's own; and an isolating server (Spark's own SparkConnectServer), to which a run ships its
+code as a session artifact (DESIGN.md, "A warm Spark").
 
 Every run here goes through Spark (EOSFLOW_INLINE_MAX_OFFSETS=0), against the real broker, Postgres and
 server: exactly once, the tasks' checks done on the server's Python workers, sessions of two runs apart, the
@@ -61,6 +63,89 @@ def test_a_run_through_spark_connect_lands_every_record_once_and_rejects_the_bad
     # pyspark's builder switches the process to remote sessions for good; the run switches it back, so a
     # local session asked for later in this process (a run without a server, a test's) is a local one
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+
+
+def _worker_daemons(server_pid: int) -> set[int]:
+    """The pids of the server's Python worker daemons (eosflow.spark.worker_daemon): the JVM's children; the
+    workers are the daemon's, forked with its command line."""
+    import psutil
+
+    return {
+        p.pid
+        for p in psutil.Process(server_pid).children()
+        if "eosflow.spark.worker_daemon" in " ".join(p.cmdline())
+    }
+
+
+def test_a_warm_server_keeps_its_python_workers_and_its_tasks_check_they_run_the_runs_code(
+    warm, settings, monkeypatch
+) -> None:
+    """No artifact: the server's installed eosflow runs, its digest checked in each task; the worker daemon
+    that imported it is the same across runs (SPARK-54055's factory per session is an isolating server's)."""
+    from eosflow.spark import code_archive
+
+    opened = []
+    open_session = connect.open_session
+
+    def recorded(settings, app_name):
+        opened.append(open_session(settings, app_name))
+        opened.append(connect.installed_code(opened[-1]))
+        return opened[-2]
+
+    monkeypatch.setattr(connect, "open_session", recorded)
+    server = SparkConnectService(settings).pid()
+    assert server is not None
+    warm.produce(50, seed=67, partitions=2)
+    assert warm.ingest().outcome == "committed"
+    daemons = _worker_daemons(server)
+    assert len(daemons) == 1
+    warm.produce(50, seed=68, partitions=2)
+    assert warm.ingest().outcome == "committed"
+    assert _worker_daemons(server) == daemons  # kept, not one per session
+    assert opened[1] == opened[3] == code_archive.code_digest()  # what the tasks checked: our code
+
+
+def test_a_warm_server_refuses_a_run_whose_code_is_not_its_installed_eosflow(warm, monkeypatch) -> None:
+    """The run's code is not what the server's workers imported (a new version here, the old one there):
+    refused in the task, before a record is read, naming both, exit 2."""
+    from eosflow.runners.outcomes import reported
+    from eosflow.spark import code_archive, server_code
+
+    warm.produce(30, seed=69, partitions=1)
+    monkeypatch.setattr(code_archive, "code_digest", lambda source=None: "0123456789abcdef")
+    with pytest.raises(server_code.ServerCodeError) as refused:
+        warm.ingest()
+    code, line = reported(refused.value)
+    assert code == 2
+    assert "this run's code is 0123456789abcdef" in line and "Install this eosflow" in line
+    assert warm.event_ids() == [] and warm.ledger() == []
+
+
+@pytest.fixture(scope="module")
+def isolating_server(settings):
+    """Spark's own SparkConnectServer (artifact isolation always on), stopped after this module: 1 GiB."""
+    from eosflow_dev.stack.spark_connect import IsolatingSparkConnectService
+
+    server = IsolatingSparkConnectService(settings)
+    server.start(log=lambda m: None)
+    yield server.endpoint()
+    server.stop(log=lambda m: None)
+
+
+def test_on_an_isolating_server_a_run_ships_its_code_as_a_session_artifact(
+    case, isolating_server, monkeypatch
+) -> None:
+    """The code travels with the session, so no task compares digests: a client whose code differs from
+    the server's installed eosflow still runs (its own code), where a warm server refuses it."""
+    from eosflow.spark import code_archive
+
+    manifest = case.produce(60, seed=70, partitions=2)
+    case.settings = dataclasses.replace(case.settings, spark_remote=isolating_server, inline_max_offsets=0)
+    monkeypatch.setattr(code_archive, "code_digest", lambda source=None: "0123456789abcdef")
+    summary = case.ingest()
+    assert summary.outcome == "committed", summary
+    assert sorted(case.event_ids()) == sorted(str(a.event_id) for a in manifest.visible())
+    assert verify_pipeline(case.settings, case.name).ok
 
 
 def test_two_sessions_on_the_server_never_see_each_others_state(spark_connect, settings) -> None:

@@ -52,9 +52,10 @@ def cmd_stack(args: argparse.Namespace) -> int:
                 print(process.tail(svc.log_path, args.lines))
         return 0
     rows = stack.status(s)
+    width = max(len(row.name) for row in rows)
     for row in rows:
         pid = str(row.pid) if row.pid else "-"
-        print(f"{row.name:<12} {row.state:<24} pid {pid:<8} {row.endpoint}")
+        print(f"{row.name:<{width}} {row.state:<22} pid {pid:<8} {row.endpoint}")
     return 0 if all(r.ok for r in rows) else 3
 
 

@@ -267,6 +267,7 @@ def _checked_read(
     block, which times it as `phase` and turns the tasks' errors into ours."""
     from eosflow.sources.kafka.inline import InlineRead, reads_inline
     from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
+    from eosflow.spark.server_code import ServerCodeError
     from eosflow.spark.worker_errors import raised_in_workers
     from eosflow.transform import RecordSource, transform
 
@@ -288,6 +289,12 @@ def _checked_read(
                 else:
                     spark = spark_source()
             source = PlannedRead(spark, settings.kafka, plan)
+            if settings.spark_remote:
+                from eosflow.spark import connect
+                from eosflow.spark.server_code import Checked
+
+                if (code := connect.installed_code(spark)) is not None:  # a warm server: its eosflow runs
+                    source = Checked(source, code)
         fault_point("before_read")
         with (
             timer(phase),
@@ -297,6 +304,7 @@ def _checked_read(
                 RegistryUnavailableError,
                 ReadDataLossError,
                 ReadStalledError,
+                ServerCodeError,
             ),
         ):
             yield transform(

@@ -27,6 +27,7 @@ from eosflow.sources.kafka.range_read import ReadDataLossError, ReadStalledError
 from eosflow.sources.kafka.read import ReadOutsidePlanError
 from eosflow.sources.kafka.read_back import ReadBackIncompleteError
 from eosflow.spark.connect import SparkConnectUnavailableError, SparkConnectVersionError
+from eosflow.spark.server_code import ServerCodeError
 from eosflow.spark.versions import MixedPysparkError
 
 EXIT: dict[type[Exception], int] = {
@@ -50,6 +51,7 @@ EXIT: dict[type[Exception], int] = {
     SinkAccessError: 2,
     MixedPysparkError: 2,  # the installation, not the run: a retry meets it again
     SparkConnectVersionError: 2,  # the same
+    ServerCodeError: 2,  # the same: a warm server's installed eosflow is not the run's
     SparkConnectUnavailableError: 1,
     KafkaUnavailableError: 1,
     ReadStalledError: 1,

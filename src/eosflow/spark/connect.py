@@ -1,5 +1,6 @@
-"""A run's session on a Spark Connect server (DESIGN.md, "A warm Spark"): one session per run, with the run's
-code shipped as a session artifact, on a server of the client's Spark minor.
+"""A run's session on a Spark Connect server (DESIGN.md, "A warm Spark"): one session per run, on a server
+of the client's Spark minor; on an isolating server the run's code is shipped as a session artifact, on a
+warm one its tasks run the server's installed eosflow, which they check is the run's own.
 
 `eosflow.spark.session.get_spark` hands a run this session when `Settings.spark_remote` names a server; the
 run stops it when its Spark work is done (eosflow.runners.job), so the server keeps nothing of it.
@@ -26,12 +27,17 @@ RETRY: dict[str, Any] = {
     "backoff_multiplier": 2.0,
     "max_backoff": 8000,
 }
+ISOLATION = "spark.sql.artifact.isolation.enabled"  # off: a warm server (one Python worker factory)
 _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"  # pyspark's switch between its local and remote sessions
 # Runtime settings a run's session gets (the static ones, the UI and the JVM's, are the server's).
 SESSION_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
 }
+
+
+# A warm server's sessions (artifact isolation off) and the code digest their tasks must find on the workers.
+_INSTALLED: dict[str, str] = {}
 
 
 class SparkConnectUnavailableError(RuntimeError):
@@ -54,13 +60,14 @@ def minor(version: str) -> str:
 
 
 def open_session(settings: Settings, app_name: str) -> SparkSession:
-    """A new session on the server `settings.spark_remote` names: the run's code added as a pyfile artifact,
-    the server's Spark checked against this pyspark's minor."""
+    """A new session on the server `settings.spark_remote` names, the server's Spark checked against this
+    pyspark's minor: on an isolating server the run's code added as a pyfile artifact; on a warm one
+    (artifact isolation off) nothing added, and the digest its tasks must find kept (`installed_code`)."""
     import pyspark
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    from eosflow.spark.code_archive import package
+    from eosflow.spark import code_archive
 
     url = settings.spark_remote
     spark = SparkSession.builder.remote(url).create()  # no request yet: the first is spark.version
@@ -69,6 +76,7 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
         server = spark.version
         for key, value in SESSION_CONF.items():
             spark.conf.set(key, value)
+        isolating = spark.conf.get(ISOLATION, "true") != "false"
     except Exception as exc:  # grpc's errors come wrapped in pyspark's, of several classes
         spark.release_session_on_close = False  # type: ignore[attr-defined]  # nothing to release there
         close(spark)
@@ -88,10 +96,20 @@ def open_session(settings: Settings, app_name: str) -> SparkSession:
             f"a run needs the same minor on both; install pyspark=={server} here or use a Spark "
             f"{minor(here)} server"
         )
-    # The code as it is now, on the Python workers' path for this session only (the spark-submit path ships
-    # the same archive as --py-files): the server's own eosflow, if any, is not what this run runs.
-    spark.addArtifacts(str(package(settings)), pyfile=True)
+    if isolating:
+        # The code as it is now, on the Python workers' path for this session only (the spark-submit path
+        # ships the same archive as --py-files): the server's own eosflow, if any, is not what this run runs.
+        spark.addArtifacts(str(code_archive.package(settings)), pyfile=True)
+    else:
+        # A warm server would add an artifact to every session's path: its installed eosflow must be ours.
+        _INSTALLED[spark.session_id] = code_archive.code_digest()  # type: ignore[attr-defined]
     return spark
+
+
+def installed_code(spark: SparkSession) -> str | None:
+    """The code digest a warm server's workers must run for this session's tasks; None where the session
+    carries its own code (an isolating server, or a Spark of the run's own)."""
+    return _INSTALLED.get(getattr(spark, "session_id", ""))
 
 
 def close(spark: SparkSession) -> None:
@@ -105,6 +123,7 @@ def close(spark: SparkSession) -> None:
     asked to release."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
+    _INSTALLED.pop(getattr(spark, "session_id", ""), None)
     try:
         spark.client.set_retry_policies([DefaultPolicy(max_retries=0)])
         spark.stop()

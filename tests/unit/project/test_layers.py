@@ -32,8 +32,9 @@ DEV = ROOT / "dev" / "src"
 TOOLS = ("eosflow_dev",)
 ENTRY_POINTS = ("eosflow.cli",)
 # The Spark job's entry: above the runners it runs, while the rest of eosflow.spark (the session, the
-# workers' errors) is below them; `eosflow ingest` calls it, spark-submit runs task.py, which imports it.
-JOB_ENTRY = ("eosflow.spark.job_main", "eosflow.spark.task")
+# workers' errors) is below them; `eosflow ingest` calls it, spark-submit runs task.py, which imports it; a
+# warm Spark Connect server runs worker_daemon.py, which imports every sink's task modules.
+JOB_ENTRY = ("eosflow.spark.job_main", "eosflow.spark.task", "eosflow.spark.worker_daemon")
 # The ledger and the sources, the publisher's modules among them (eosflow.publish: one package for one
 # feature, each module in the layer of the step it does).
 LEDGER = ("eosflow.ledger", "eosflow.publish.position")

@@ -3,7 +3,8 @@
 `iceberg-rest` (Iceberg's REST catalog, eosflow_dev.stack.iceberg_rest), `s3` (S3Proxy,
 eosflow_dev.stack.s3_server), `connect` (Kafka Connect with Debezium's PostgreSQL connector,
 eosflow_dev.stack.connect, which also registers connectors) and `spark-connect` (Spark's own Spark Connect
-server, eosflow_dev.stack.spark_connect: the warm Spark). Asked for with
+server, eosflow_dev.stack.spark_connect: the warm Spark; `spark-connect-isolating`, Spark's own isolating
+server, for the tests of the path that ships a run's code). Asked for with
 `eosflow stack up --with iceberg-rest --with s3` (or a comma list), or EOSFLOW_STACK_WITH, which `up`
 reads too. Their jars are fetched the first time one starts (or by `eosflow stack fetch --with ...`), so
 `make setup` and a bare `eosflow stack up` never pay for them.
@@ -25,14 +26,15 @@ from eosflow_dev.stack.connect import ConnectDetails, ConnectService
 from eosflow_dev.stack.iceberg_rest import IcebergRestService
 from eosflow_dev.stack.s3_server import S3Details, S3Service
 from eosflow_dev.stack.settings import StackSettings
-from eosflow_dev.stack.spark_connect import SparkConnectService
+from eosflow_dev.stack.spark_connect import IsolatingSparkConnectService, SparkConnectService
 
 # In start order: the REST catalog may keep its warehouse in the S3 server.
-NAMES = ("s3", "iceberg-rest", "connect", "spark-connect")
-WITHOUT_JARS = ("spark-connect",)  # pyspark's own jars: nothing for `eosflow stack fetch` to fetch
+NAMES = ("s3", "iceberg-rest", "connect", "spark-connect", "spark-connect-isolating")
+# pyspark's own jars: nothing for `eosflow stack fetch` to fetch
+WITHOUT_JARS = ("spark-connect", "spark-connect-isolating")
 WITH_ENV = "EOSFLOW_STACK_WITH"
 
-OptionalService = IcebergRestService | S3Service | ConnectService | SparkConnectService
+OptionalService = IcebergRestService | S3Service | ConnectService | SparkConnectService  # or its subclass
 
 
 def service(settings: StackSettings, name: str) -> OptionalService:
@@ -44,6 +46,8 @@ def service(settings: StackSettings, name: str) -> OptionalService:
         return ConnectService(settings)
     if name == "spark-connect":
         return SparkConnectService(settings)
+    if name == "spark-connect-isolating":
+        return IsolatingSparkConnectService(settings)
     raise StackError(f"no optional stack service {name!r}: choose from {', '.join(NAMES)}")
 
 

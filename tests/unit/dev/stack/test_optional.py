@@ -33,15 +33,23 @@ def test_an_optional_server_not_started_is_fine_a_required_one_is_not():
     assert ServiceStatus("kafka", None, False, "").state == "stopped"
 
 
-def test_the_spark_connect_server_keeps_no_python_worker_of_a_session(tmp_path, monkeypatch):
-    """Spark 4.3 keeps each session's worker daemon and idle workers until it stops (SPARK-54055): ~440 MiB
-    a run on the stack's server. Without the daemon and worker reuse, a task's worker ends with the task."""
+def test_the_spark_connect_server_is_a_warm_one(tmp_path, monkeypatch):
+    """Spark's own SparkConnectServer isolates every session, and Spark 4.3 then keeps each session's worker
+    daemon and idle workers until it stops (SPARK-54055): ~440 MiB a run. The stack's server is Spark
+    Connect's plugin in a driver of its own, artifact isolation off: one worker factory for all sessions,
+    its daemon importing eosflow's task modules, the daemon and workers kept at Spark's defaults."""
     import dataclasses
 
     from eosflow_dev.stack import settings as settings_mod
-    from eosflow_dev.stack.spark_connect import SparkConnectService
+    from eosflow_dev.stack.spark_connect import DRIVER, SparkConnectService
 
     settings = dataclasses.replace(settings_mod.load(), state_dir=tmp_path)
     command = SparkConnectService(settings).command()
     confs = {command[i + 1] for i, arg in enumerate(command) if arg == "--conf"}
-    assert {"spark.python.use.daemon=false", "spark.python.worker.reuse=false"} <= confs
+    assert {
+        "spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.sql.artifact.isolation.enabled=false",
+        "spark.python.daemon.module=eosflow.spark.worker_daemon",
+    } <= confs
+    assert not any(c.startswith(("spark.python.use.daemon=", "spark.python.worker.reuse=")) for c in confs)
+    assert "--class" not in command and command[-1] == str(DRIVER)
