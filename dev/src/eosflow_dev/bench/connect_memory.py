@@ -2,8 +2,8 @@
 
 `python -m eosflow_dev.bench.connect_memory --runs 200` (or `make bench-connect-memory`): the stack's Spark
 Connect server (started if need be) and one loaded topic; each run is a new pipeline reading the whole topic
-through the server (EOSFLOW_INLINE_MAX_OFFSETS=0: a session of its own, the code as a session artifact, the
-read, check and stage on the server's Python workers, the commit), its table dropped afterwards. After each
+through the server (EOSFLOW_INLINE_MAX_OFFSETS=0: a session of its own, the read, check and stage on the
+server's kept Python workers, the commit), its table dropped afterwards. After each
 run, the server's process tree (its JVM and the Python workers it started) is measured.
 
 The report (bench/results/issue46/connect-memory.md and .csv) gives the resident memory after the first
@@ -89,8 +89,8 @@ def report(samples: list[Sample], records: int) -> str:
         "# The Spark Connect server's memory over consecutive runs (issue 46)",
         "",
         f"{len(samples)} runs of {records:,} records each (2 partitions), each a new pipeline through the "
-        "stack's Spark Connect server (a session per run); the server's process tree (JVM and Python "
-        "workers) measured after each run.",
+        "stack's Spark Connect server (a warm one: a session per run, its Python worker daemon and workers "
+        "kept across runs); the server's process tree (JVM and Python workers) measured after each run.",
         "",
         "| run | run seconds | server RSS MiB | of it JVM MiB |",
         "|---:|---:|---:|---:|",
