@@ -38,8 +38,7 @@ def check(expected: str) -> None:
         raise ServerCodeError(
             f"the Spark Connect server's Python workers run eosflow code {here}, this run's code is "
             f"{expected}; nothing was read or written. Install this eosflow in the server's Python and "
-            "restart the server (the stack's: eosflow stack down, then eosflow stack up --with "
-            "spark-connect)"
+            "restart the server (the stack's: eosflow stack up --with spark-connect restarts it)"
         )
 
 

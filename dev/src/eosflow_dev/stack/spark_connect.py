@@ -67,6 +67,7 @@ class SparkConnectService(JvmService):
     name = "spark-connect"
     title = "the Spark Connect server"
     app_name = "eosflow Spark Connect server"
+    runs_installed_code = True  # its workers run the eosflow installed here, not a run's artifact
     main = PLUGIN  # in a driver of our own (DRIVER): Spark's server class would isolate every session
     heap = "1g"
     start_timeout_s = 120.0  # a SparkContext, then the gRPC service: 10-30 s on a busy 2-core machine
@@ -117,6 +118,24 @@ class SparkConnectService(JvmService):
             args += ["--conf", f"{key}={value}"]
         return [*args, "--name", self.app_name, *self.application()]
 
+    def _start(self, log) -> None:
+        """Start it unless it runs (under the start lock); a warm server whose eosflow is not the working
+        tree's any more is restarted first, for every run on it would be refused (ServerCodeError)."""
+        from eosflow.spark.code_archive import code_digest
+
+        code = code_digest()
+        if self.runs_installed_code and self.pid() is not None and self._code() != code:
+            log(f"restarting {self.title}: eosflow's code changed since it started")
+            self.stop(log=log)
+        super()._start(log)
+        (self.home / "code").write_text(code)
+
+    def _code(self) -> str:
+        try:
+            return (self.home / "code").read_text()
+        except FileNotFoundError:
+            return ""  # started before it recorded its code: not known to be ours
+
     def kind_confs(self) -> dict[str, str]:
         """What makes it the kind of server it is (DESIGN.md "A warm Spark": two kinds of server)."""
         return WARM
@@ -145,6 +164,7 @@ class IsolatingSparkConnectService(SparkConnectService):
     spark-connect-isolating`)."""
 
     name = "spark-connect-isolating"
+    runs_installed_code = False  # each run ships its code
     title = "the isolating Spark Connect server"
     app_name = "eosflow isolating Spark Connect server"
     main = "org.apache.spark.sql.connect.service.SparkConnectServer"

@@ -53,3 +53,33 @@ def test_the_spark_connect_server_is_a_warm_one(tmp_path, monkeypatch):
     } <= confs
     assert not any(c.startswith(("spark.python.use.daemon=", "spark.python.worker.reuse=")) for c in confs)
     assert "--class" not in command and command[-1] == str(DRIVER)
+
+
+def test_a_warm_server_running_other_code_is_restarted_and_an_isolating_one_is_not(tmp_path, monkeypatch):
+    """A warm server's workers run the installed eosflow: after the working tree changed, every run on it
+    would be refused (ServerCodeError), so starting it restarts it. An isolating server gets each run's
+    code and is left running."""
+    import dataclasses
+
+    from eosflow.spark import code_archive
+    from eosflow_dev.stack import settings as settings_mod
+    from eosflow_dev.stack.jvm_service import JvmService
+    from eosflow_dev.stack.spark_connect import IsolatingSparkConnectService, SparkConnectService
+
+    settings = dataclasses.replace(settings_mod.load(), state_dir=tmp_path)
+    monkeypatch.setattr(code_archive, "code_digest", lambda source=None: "new")
+    monkeypatch.setattr(JvmService, "_start", lambda self, log: None)  # the real start: not here
+    monkeypatch.setattr(JvmService, "pid", lambda self: 42)  # it runs
+    stopped: list[str] = []
+    for kind, restarted in ((SparkConnectService, True), (IsolatingSparkConnectService, False)):
+        stopped.clear()
+        monkeypatch.setattr(kind, "stop", lambda self, log=print: stopped.append(self.name))
+        server = kind(settings)
+        server.home.mkdir(parents=True)
+        (server.home / "code").write_text("old")
+        server.start(log=lambda m: None)
+        assert bool(stopped) is restarted, kind
+        assert (server.home / "code").read_text() == "new"
+        stopped.clear()
+        server.start(log=lambda m: None)  # now its code is ours: left running
+        assert stopped == []
