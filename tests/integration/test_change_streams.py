@@ -72,9 +72,11 @@ class Source:
         value = {"op": "t", "before": None, "after": None, "source": {"lsn": self.lsn, "ts_ms": 1}}
         self.producer.produce(self.case.topic, value=json.dumps(value).encode(), partition=0)
 
-    def _produce(self, id_: int, value: bytes | None) -> None:
+    def _produce(self, id_: int | str, value: bytes | None) -> None:
         key = json.dumps({"id": id_}).encode()
-        self.producer.produce(self.case.topic, key=key, value=value, partition=id_ % self.partitions)
+        # A key's changes on one partition, as Kafka's keyed partitioning keeps them.
+        partition = id_ % self.partitions if isinstance(id_, int) else len(id_) % self.partitions
+        self.producer.produce(self.case.topic, key=key, value=value, partition=partition)
 
     def flush(self) -> None:
         assert self.producer.flush(30) == 0
@@ -409,3 +411,32 @@ def test_debeziums_avro_envelope_through_the_registry_is_a_change_stream_too(cas
     assert case.ingest().outcome == "committed"
     assert state_of(case, state) == {1: ("a2@x", Decimal("7.25"), "x")}
     assert case.rejected() == []
+
+
+def test_a_key_made_text_by_text_from_alters_both_tables_and_old_and_new_keys_stay_apart(case):
+    """The source's ids became strings ('A-7'): the declaration makes the key text (`text_from: bigint`);
+    the next run alters the changelog and the state table, each stored id becoming its text, and an old
+    producer's numeric id then lands as the same text (an update of row 1, not a second row)."""
+    state = f"replica.{case.name}"
+    case.spec.pop("business_key", None)
+    case.write_config(columns=COLUMNS, changes="debezium", primary_key=["id"], state_table=state)
+    src = Source(case)
+    src.send("c", {"id": 1, "email": "a@x", "balance": "1.50", "notes": None})
+    src.send("c", {"id": 2, "email": "b@x", "balance": None, "notes": None})
+    src.flush()
+    assert case.ingest().outcome == "committed"
+
+    made_text = [{**c, "type": "text", "text_from": "bigint"} if c["name"] == "id" else c for c in COLUMNS]
+    case.write_config(columns=made_text, changes="debezium", primary_key=["id"], state_table=state)
+    src.send("c", {"id": "A-7", "email": "new@x", "balance": None, "notes": None})
+    src.send("u", {"id": 1, "email": "a2@x", "balance": "1.50", "notes": None})  # an old producer's id
+    src.send("d", {"id": 2, "email": None, "balance": None, "notes": None})
+    src.flush()
+    logged: list[str] = []
+    assert job.run(case.settings, case.name, None, log=logged.append).outcome == "committed"
+    assert any(f"{state}: widened column id from bigint to text" in m for m in logged), logged
+    assert case.column_types()["id"] == "text"
+    assert case.query(f"select id, email from {state} order by id") == [("1", "a2@x"), ("A-7", "new@x")]
+    assert case.rejected() == []
+    result = verify_pipeline(case.settings, case.name)
+    assert result.ok, result.table()

@@ -277,7 +277,7 @@ def test_a_retry_planned_under_another_declaration_is_refused_and_commits_nothin
     [
         (
             {"columns": [{"name": "id", "type": "text", "required": True}]},
-            "column id is bigint in the target but declared text (`alter table",
+            "column id is bigint in the target but declared text (declare `text_from: bigint`",
         ),
         (
             {

@@ -137,6 +137,8 @@ def _jsonb(v: object) -> tuple[object, bool]:
 def _annotation(column: Column) -> Any:  # a type built at run time, for msgspec
     """The msgspec type of a column's field: what C decodes exactly as json would, else any JSON value."""
     declared = column.type.declared
+    if column.type.text_from is not None:
+        return Any  # text that takes its old type's values too, as their text: the accept decides
     if declared in ("text", "uuid"):
         return str
     if declared in ("bigint", "integer"):
@@ -155,7 +157,7 @@ def _column_lines(i: int, column: Column, required: bool, scope: dict[str, Any])
     body: list[str] = []
     if declared in ("text", "uuid"):
         body += [f"if {v} == P or {v} == P64:", "    return None"]
-    if declared in _INLINE:  # as record._compile_typed: the type's accept and storability inline
+    if declared in _INLINE and column.type.text_from is None:  # as record._compile_typed: inline
         tests = [_INLINE_ACCEPT[declared].format(v=v), *_constraints(column, v, i, scope)]
     else:
         scope[f"accept{i}"] = column.type.accept

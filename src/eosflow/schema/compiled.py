@@ -196,6 +196,8 @@ class _Typed:
 
 def _scalar(column: Column) -> _Typed | None:
     """The type of a column of a scalar type, or of its array's elements; None: decoded as Any."""
+    if column.type.text_from is not None:
+        return None  # text that takes its old type's values too, as their text: the accept decides
     declared = (column.type.element or column.type).declared
     if declared in ("text", "uuid"):
         if column.enum is not None:

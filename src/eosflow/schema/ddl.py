@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from eosflow.schema import evolution
+from eosflow.schema import evolution, text_from
 from eosflow.schema.declaration import RecordSchema
 from eosflow.schema.evolution import Column, Kind, Problem, Refusal
 from eosflow.schema.types import parse_type
@@ -101,7 +101,10 @@ def migration(
 ) -> Migration:
     """What brings `existing` to the declaration (docs/DESIGN.md, "Declarations that evolve"), or
     IncompatibleTargetError naming each statement that would. renamed: {new column: old} (evolve's)."""
-    declared = [Column(name, spelling(t), not_null) for name, t, not_null in target_columns(schema)]
+    was = {c.name: c.type.text_from for c in schema.columns}
+    declared = [
+        Column(name, spelling(t), not_null, was.get(name)) for name, t, not_null in target_columns(schema)
+    ]
     have = {e.name: e for e in existing}
     found = evolution.evolve(
         declared,
@@ -129,7 +132,19 @@ def migration(
         elif change.kind == Kind.RELAX or have[change.column].not_null:
             statements.append(sql.SQL("alter table {} alter column {} drop not null").format(target, column))
         notes.append(f"{table}: {change}")  # a column retired before: nothing left to do but say it
+    if any(c.kind == Kind.WIDEN and c.type == "text" for c in found.changes):
+        statements[:0] = text_output_settings()  # each stored value's text, as the records' is written
     return Migration(statements, notes, retypes=any(c.kind == Kind.WIDEN for c in found.changes))
+
+
+def text_output_settings() -> list[sql.Composed]:
+    """For the transaction of an `ALTER ... TYPE text` (`text_from`): the settings the old type's text
+    output depends on (a timestamptz's zone and style, a double's digits), as eosflow.schema.text_from
+    writes the same values from records."""
+    return [
+        sql.SQL("select set_config({}, {}, true)").format(sql.Literal(name), sql.Literal(value))
+        for name, value in text_from.ALTER_SETTINGS.items()
+    ]
 
 
 def _remedy(table: str, refusal: Refusal) -> str:
@@ -142,6 +157,11 @@ def _remedy(table: str, refusal: Refusal) -> str:
         h, w = evolution.numeric(refusal.have or ""), evolution.numeric(want)
         if h and w and w[1] < h[1]:
             rounds = f"; it rounds every value to {w[1]} decimals"
+        if want == "text" and text_from.takes(refusal.have or ""):  # the explicit choice eosflow applies
+            return (
+                f"declare `text_from: {refusal.have}` on the column: the next run makes it text, each stored "
+                "value its text, and takes the old type's values from records as their text"
+            )
         return (
             f"`alter table {table} alter column {column} type {postgres} using {column}::{postgres}` "
             f"makes it fit if every stored value converts: Postgres refuses it otherwise{rounds}"

@@ -65,7 +65,7 @@ CHANGES = ("debezium", "keyed")
 SCHEMA_ID_SOURCE = "@schema_id"  # a column's source: the value's schema id, from its wire-format header
 _COLUMN_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[\s*(?:'([^']*)'|\"([^\"]*)\"|([0-9]+))\s*\]")
-_COLUMN_KEYS = ("name", "type", "required", "source", "enum", "pattern", "min", "max")
+_COLUMN_KEYS = ("name", "type", "required", "source", "enum", "pattern", "min", "max", "text_from")
 # A Python transform: an import path (package.module:function) or an entry point's name.
 _TRANSFORM = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z0-9_.-]+")
 
@@ -347,6 +347,8 @@ def _column(spec: object, where: str) -> Column:
         ctype = parse_type(spec.get("type"))
     except UnknownTypeError as exc:
         raise DeclarationError(f"{where}: {exc}") from None
+    if "text_from" in spec:
+        ctype = _text_from(spec, ctype, where)
     required = spec.get("required", False)
     if type(required) is not bool:
         raise DeclarationError(f"{where}: required must be true or false, not {required!r}")
@@ -364,6 +366,21 @@ def _column(spec: object, where: str) -> Column:
             **_bounds(spec, scalar, where),
         }
     )
+
+
+def _text_from(spec: dict, ctype: ColumnType, where: str) -> ColumnType:
+    """`type: text` with `text_from: <type>`: a text column that was of that type, and takes its values."""
+    from eosflow.schema.text_from import text_from
+
+    if ctype.declared != "text":
+        raise DeclarationError(
+            f"{where}: text_from goes with type: text (a column made text that was of another type), not "
+            f"with type: {ctype.declared}"
+        )
+    try:
+        return text_from(str(spec["text_from"]))
+    except UnknownTypeError as exc:
+        raise DeclarationError(f"{where}: {exc}") from None
 
 
 def _schema_id_column(spec: dict, name: str, ctype: ColumnType, where: str) -> Column:

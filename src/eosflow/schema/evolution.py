@@ -23,6 +23,7 @@ class Column:
     name: str
     type: str  # "bigint", "numeric(12,2)", "text[]"; a type no declaration spells stays as the target has it
     required: bool
+    text_from: str | None = None  # declared text that was this type (`text_from`): the user's explicit choice
 
 
 class Kind(StrEnum):
@@ -130,6 +131,8 @@ def evolve(
 
     renamed: {new column: removed column} for new columns that read what a removed one read (the sink
     knows the last declaration's sources).
+    A declared column's `text_from` makes it text from that type (Postgres, through each value's text);
+    Iceberg's columns carry none (it promotes no type to a string), so Iceberg refuses it.
     """
     have = {c.name: c for c in target}
     names = {c.name for c in declared}
@@ -147,7 +150,8 @@ def evolve(
                 changes.append(Change(Kind.ADD, column.name, column.type))
             continue
         if old.type != column.type:
-            if widening(old.type, column.type):
+            chosen = column.type == "text" and column.text_from == old.type  # by the user's explicit choice
+            if chosen or widening(old.type, column.type):
                 changes.append(Change(Kind.WIDEN, column.name, column.type, was=old.type))
             else:
                 refusals.append(Refusal(Problem.TYPE, column.name, have=old.type, want=column.type))

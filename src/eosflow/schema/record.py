@@ -399,7 +399,8 @@ def _compile_typed(columns, getters, accepts, rules):
         else:
             scope[f"get{i}"] = getters[i]
             lines.append(f"    {v} = get{i}(doc)")
-        inline = _INLINE_ACCEPT.get(column.type.declared)
+        # Text that was another type (`text_from`) converts its old type's values: its accept, not a test.
+        inline = None if column.type.text_from else _INLINE_ACCEPT.get(column.type.declared)
         if column.required and inline is not None and not column.type.is_array:
             # The type test refuses None itself: one test less on the common path.
             tests = [inline.format(v=v), *_constraints(column, v, i, scope)]

@@ -38,7 +38,10 @@ def _spelled(text: str) -> object:
 
 
 def _reader(column: Column) -> Callable[[str], object]:
-    return (lambda text: text) if column.type.declared in _TEXTUAL else _spelled
+    # A text column that was another type (`text_from`) reads a value as that type did, so its text is
+    # the stored value's (eosflow.schema.text_from): "1.50" read for a double is 1.5, as the ALTER writes it.
+    declared = column.type.text_from or column.type.declared
+    return (lambda text: text) if declared in _TEXTUAL else _spelled
 
 
 class TextDecoder:

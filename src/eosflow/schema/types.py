@@ -74,6 +74,7 @@ class ColumnType:
     element: ColumnType | None = None  # for arrays: the type of each element
     ordered: bool = False  # min/max apply
     exact_decimals: bool = False  # its values must be parsed as Decimal (numeric beyond 15 digits)
+    text_from: str | None = None  # text that was this type (eosflow.schema.text_from): takes its values too
 
     @property
     def is_array(self) -> bool:

@@ -128,7 +128,8 @@ def _widen(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: 
         was, want = have[c.name], ddl.spelling(c.type.postgres)
         if was == want:
             continue
-        if not evolution.widens(was, want):
+        chosen = want == "text" and c.type.text_from == was  # the declaration's `text_from`
+        if not (chosen or evolution.widens(was, want)):
             raise PipelineConfigError(
                 f"pipeline {pipeline.name!r}: column {c.name} of state table {state_table} is {was} but "
                 f"declared {want}, and the one is no widening of the other. Bring it back to {was} "
@@ -138,6 +139,9 @@ def _widen(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: 
         if not cleared:
             clear_views(conn, pipeline, state_table, log)
             cleared = True
+        if chosen:
+            for setting in ddl.text_output_settings():
+                conn.execute(setting)
         conn.execute(
             sql.SQL("alter table {} alter column {} type {}").format(
                 _ident(state_table), sql.Identifier(c.name), sql.SQL(c.type.postgres)
