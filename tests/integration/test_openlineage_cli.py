@@ -161,3 +161,34 @@ def test_a_publish_reports_its_outbox_table_in_and_its_topic_out(case, tmp_path)
         assert [d["name"] for d in event["outputs"]] == [outbox.topic]
     facet = events[1]["run"]["facets"]["eosflow_publish"]
     assert (facet["rows"], facet["rejected"]) == (7, 0) and facet["position"].endswith("/7")
+
+
+def test_an_iceberg_table_is_named_by_its_location_and_only_once_it_exists(case, tmp_path):
+    """OpenLineage names a table in storage by where it is: the stack's catalog keeps this one in a local
+    warehouse, so `file` / its path. The run that creates it has no output at START (there is no location
+    yet) and names it at COMPLETE; the next run names it the same way in both events."""
+    from eosflow.sinks.iceberg.catalog import catalog
+    from tests.integration.test_iceberg_sink import as_iceberg_sink
+
+    table = as_iceberg_sink(case)
+    case.produce(30, seed=82, partitions=2)
+    sent = tmp_path / "lineage.jsonl"
+    env = {
+        "OPENLINEAGE__TRANSPORT__TYPE": "file",
+        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
+        "OPENLINEAGE__TRANSPORT__APPEND": "true",
+    }
+    for run in ("lake-1", "lake-2"):
+        case.produce(10, seed=83, partitions=2)
+        done = case.ingest_process("--run-id", run, **env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    location = catalog(case.settings).load_table(table).location()
+    assert location.startswith("file://")
+    named = [("file", location.removeprefix("file://"))]
+    events = _events(sent)
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"] * 2
+    for event in events:
+        _validate(event)
+    outputs = [[(d["namespace"], d["name"]) for d in e["outputs"]] for e in events]
+    assert outputs == [[], named, named, named]
+    assert events[1]["outputs"][0]["outputFacets"]["outputStatistics"]["rowCount"] == 40

@@ -63,16 +63,28 @@ def kafka_topic(settings: Settings, topic: str) -> Named:
 
 
 def from_uri(uri: str) -> Named:
-    """An output's lineage URI (Sink.output_uri: the providers' asset URIs) in OpenLineage's naming:
-    postgres://host:port/database/schema/table, kafka://server/topic, and anything else by its authority
-    and path (iceberg://catalog/namespace/table)."""
+    """An output's lineage URI (Sink.lineage_outputs) in OpenLineage's naming: postgres://host:port/database/
+    schema/table, kafka://server/topic, a location in storage as OpenLineage names storage (an Iceberg
+    table's: s3://bucket/key, gs://bucket/key, file:///path, hdfs://host:port/path), anything else by its
+    authority and path."""
     parts = urlsplit(uri)
     path = [p for p in parts.path.split("/") if p]
     if parts.scheme == "postgres" and len(path) == 3:
         return Named(f"postgres://{parts.netloc}", ".".join(path))
     if parts.scheme == "kafka" and len(path) == 1:
         return Named(f"kafka://{parts.netloc}", path[0])
+    if parts.scheme in _BUCKETS:  # the bucket, then the object key
+        return Named(f"{_BUCKETS[parts.scheme]}://{parts.netloc}", parts.path.lstrip("/"))
+    if parts.scheme == "file":
+        return Named("file", parts.path)
+    if parts.scheme == "hdfs":
+        return Named(f"hdfs://{parts.netloc}", parts.path)
     return Named(f"{parts.scheme}://{parts.netloc}", ".".join(path))
+
+
+# Object stores by the scheme a location is written with, as OpenLineage names them (Hadoop's s3a and s3n
+# are S3).
+_BUCKETS = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 
 
 def _column_facets(pipeline: Pipeline, inputs: list[Named]) -> dict[str, Any]:

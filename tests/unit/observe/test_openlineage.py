@@ -293,3 +293,17 @@ def test_a_request_refused_before_a_run_begins_sends_no_event(tmp_path, monkeypa
     assert job_main.execute(args, settings_mod.load(), said.append, lineage=True) == 2
     assert said == ["--range needs --mode and --run-id"]
     assert not sent.exists()
+
+
+@pytest.mark.parametrize(
+    ("uri", "namespace", "name"),
+    [
+        ("s3://lake/warehouse/ns/orders", "s3://lake", "warehouse/ns/orders"),
+        ("s3a://lake/warehouse/ns/orders", "s3://lake", "warehouse/ns/orders"),  # Hadoop's spelling of S3
+        ("gs://lake/ns/orders", "gs://lake", "ns/orders"),
+        ("file:///srv/warehouse/ns/orders", "file", "/srv/warehouse/ns/orders"),
+        ("hdfs://namenode:8020/warehouse/ns/orders", "hdfs://namenode:8020", "/warehouse/ns/orders"),
+    ],
+)
+def test_a_table_in_storage_is_named_by_its_location_as_openlineage_names_storage(uri, namespace, name):
+    assert openlineage.from_uri(uri) == openlineage.Named(namespace, name)
