@@ -119,8 +119,8 @@ def text_from(old_declared: str) -> ColumnType:
         raise UnknownTypeError(f"text_from {old_declared!r}: {exc}") from None
     if old.declared in _TEXT:
         to_text = _TEXT[old.declared]
-    elif old.declared.startswith("numeric("):
-        to_text = _numeric(int(old.declared.split(",")[1].rstrip(")")))
+    elif (numeric := evolution.numeric(old.declared)) is not None:
+        to_text = _numeric(numeric[1])
     else:
         raise UnknownTypeError(
             f"text_from {old_declared!r}: a text column takes the values of a scalar type it was, one of "
