@@ -14,7 +14,8 @@ import yaml
 
 from eosflow import pipelines
 from eosflow.kafka_admin import ensure_topic
-from eosflow.runners import job
+from eosflow.ledger.ranges import OffsetRange
+from eosflow.runners import backfill_run, job
 from eosflow.settings import Settings
 from eosflow.sinks.postgres import invariants
 from eosflow_dev.produce import events
@@ -85,6 +86,17 @@ class IngestCase:
     # -- running ------------------------------------------------------------------------------------
     def ingest(self, run_id: str | None = None, **kw) -> job.RunSummary:
         return job.run(self.settings, self.name, run_id, log=lambda m: None, **kw)
+
+    def replay_all(self) -> None:
+        """A replay of everything the target holds, a chunk per partition from offset 0 (a backfill's
+        replay chunks, as `eosflow backfill --mode replay` runs them); each must commit."""
+        ends = self.query(f"select kafka_partition, max(kafka_offset) + 1 from {self.table} group by 1")
+        for partition, end in ends:
+            chunk = OffsetRange(self.topic, partition, 0, end)
+            replay = backfill_run.run_chunk(
+                self.settings, self.name, f"replay-{partition}", chunk, "replay", log=lambda m: None
+            )
+            assert replay.outcome == "committed", replay
 
     def ingest_process(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         """`eosflow ingest` in a process of its own, as an operator (or a crash test) runs it."""

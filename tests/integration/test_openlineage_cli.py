@@ -18,15 +18,19 @@ def _events(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _file_transport(path) -> dict[str, str]:
+    """The client's file transport, configured as its users configure it: every event a line of `path`."""
+    return {
+        "OPENLINEAGE__TRANSPORT__TYPE": "file",
+        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(path),
+        "OPENLINEAGE__TRANSPORT__APPEND": "true",
+    }
+
+
 def test_an_ingest_reports_start_and_complete_naming_its_topic_table_and_ranges(case, tmp_path):
     case.produce(40, seed=81, partitions=2)
     sent = tmp_path / "lineage.jsonl"
-    env = {
-        "OPENLINEAGE__TRANSPORT__TYPE": "file",
-        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
-        "OPENLINEAGE__TRANSPORT__APPEND": "true",
-        "OPENLINEAGE_NAMESPACE": "team-data",
-    }
+    env = _file_transport(sent) | {"OPENLINEAGE_NAMESPACE": "team-data"}
     done = case.ingest_process("--run-id", "lineage-1", **env)
     assert done.returncode == 0, done.stderr[-3000:]
     events = _events(sent)
@@ -69,11 +73,7 @@ def test_a_backfill_reports_each_chunk_as_a_run_of_its_own(case, tmp_path):
     case.produce(30, seed=83, partitions=1)
     assert case.ingest().outcome == "committed"
     sent = tmp_path / "lineage.jsonl"
-    env = {
-        "OPENLINEAGE__TRANSPORT__TYPE": "file",
-        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
-        "OPENLINEAGE__TRANSPORT__APPEND": "true",
-    }
+    env = _file_transport(sent)
     done = subprocess.run(
         [sys.executable, "-m", "eosflow.cli", "backfill", "--pipeline", case.name, "--mode", "replay"]
         + ["--partitions", "0", "--from-offset", "0", "--to-offset", "30", "--chunk-size", "15"],
@@ -103,11 +103,7 @@ def test_a_stream_reports_its_life_as_one_run_its_micro_batches_in_summary(case,
     from tests.integration.test_stream import Stream
 
     sent = tmp_path / "lineage.jsonl"
-    env = {
-        "OPENLINEAGE__TRANSPORT__TYPE": "file",
-        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
-        "OPENLINEAGE__TRANSPORT__APPEND": "true",
-    }
+    env = _file_transport(sent)
     case.produce(20, seed=84, partitions=2)
     stream = Stream(case, tmp_path / "stream.log", **env)
 
@@ -145,11 +141,7 @@ def test_a_publish_reports_its_outbox_table_in_and_its_topic_out(case, tmp_path)
     with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
         outbox.insert(conn, 7)
     sent = tmp_path / "lineage.jsonl"
-    done = outbox.cli(
-        OPENLINEAGE__TRANSPORT__TYPE="file",
-        OPENLINEAGE__TRANSPORT__LOG_FILE_PATH=str(sent),
-        OPENLINEAGE__TRANSPORT__APPEND="true",
-    )
+    done = outbox.cli(**_file_transport(sent))
     out, err = done.communicate(timeout=300)
     assert done.returncode == 0, err[-3000:]
     events = _events(sent)
@@ -173,11 +165,7 @@ def test_an_iceberg_table_is_named_by_its_location_and_only_once_it_exists(case,
     table = as_iceberg_sink(case)
     case.produce(30, seed=82, partitions=2)
     sent = tmp_path / "lineage.jsonl"
-    env = {
-        "OPENLINEAGE__TRANSPORT__TYPE": "file",
-        "OPENLINEAGE__TRANSPORT__LOG_FILE_PATH": str(sent),
-        "OPENLINEAGE__TRANSPORT__APPEND": "true",
-    }
+    env = _file_transport(sent)
     for run in ("lake-1", "lake-2"):
         case.produce(10, seed=83, partitions=2)
         done = case.ingest_process("--run-id", run, **env)

@@ -18,8 +18,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from eosflow.ledger.ranges import OffsetRange
-from eosflow.runners import backfill_run, job
+from eosflow.runners import job
 from eosflow.schema import ddl
 from eosflow.schema.text_from import text_from
 from eosflow.schema.types import BAD, parse_type
@@ -139,12 +138,6 @@ def test_a_column_made_text_takes_its_old_values_as_postgres_wrote_them_and_a_re
     assert case.violations() == []
 
     # A replay of everything, the old records under the new declaration: the same rows.
-    ends = dict(case.query(f"select kafka_partition, max(kafka_offset) + 1 from {case.table} group by 1"))
-    for partition, end in ends.items():
-        chunk = OffsetRange(case.topic, partition, 0, end)
-        replay = backfill_run.run_chunk(
-            case.settings, case.name, f"replay-{partition}", chunk, "replay", log=lambda m: None
-        )
-        assert replay.outcome == "committed"
+    case.replay_all()
     assert sorted(case.query(rows)) == expected
     assert case.violations() == []

@@ -17,8 +17,6 @@ import uuid
 import fastavro
 import pytest
 
-from eosflow.ledger.ranges import OffsetRange
-from eosflow.runners import backfill_run
 from eosflow.schema.avro import SchemaRegistry, encode
 from eosflow.schema.protobuf_wire import header
 from tests.integration.test_declared_pipeline import _produce
@@ -50,13 +48,7 @@ def _evolve_and_replay(case, first: list[bytes], mixed: list[bytes]) -> None:
     assert case.column_types()["qty"] == "bigint"
     assert case.violations() == []
 
-    ends = dict(case.query(f"select kafka_partition, max(kafka_offset) + 1 from {case.table} group by 1"))
-    for partition, end in ends.items():
-        chunk = OffsetRange(case.topic, partition, 0, end)
-        replay = backfill_run.run_chunk(
-            case.settings, case.name, f"replay-{partition}", chunk, "replay", log=lambda m: None
-        )
-        assert replay.outcome == "committed"
+    case.replay_all()
     assert sorted(case.query(f"select id, qty from {case.table}")) == expected
     assert case.violations() == []
 
