@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from eosflow_dev.stack import optional as stack_optional
 from eosflow_dev.stack.process import port_is_free
 
 pytestmark = pytest.mark.integration
@@ -61,7 +62,7 @@ def test_up_is_idempotent_status_reports_health_and_down_stops_it(private_env):
     assert "formatting kafka storage" in first.stderr and "creating the warehouse cluster" in first.stderr
     pids = _pids(first.stdout)
     # The optional servers are listed, not started: a bare `up` never starts them.
-    optional = ("iceberg-rest", "s3", "connect", "spark-connect")  # listed, not started by a bare up
+    optional = stack_optional.NAMES  # listed, not started by a bare up
     assert [pids.pop(name) for name in optional] == ["-"] * len(optional)
     assert set(pids) == {"kafka", "postgres", "registry"} and "-" not in pids.values()
 
