@@ -109,6 +109,12 @@ def widens(have: str, want: str) -> bool:
     return h is not None and w is not None and w[1] >= h[1] and w[0] - w[1] >= h[0] - h[1]
 
 
+def made_text(have: str, want: str, text_from: str | None) -> bool:
+    """Whether `want` is text made from `have` by the declaration's explicit choice (`text_from: <have>`):
+    a change Postgres applies through each value's text (eosflow.schema.text_from)."""
+    return want == "text" and text_from == have
+
+
 def iceberg_promotes(have: str, want: str) -> bool:
     """Iceberg's own type promotion (the spec's "Schema Evolution"): int to long, a decimal's precision; a
     list's element field as any field."""
@@ -150,8 +156,7 @@ def evolve(
                 changes.append(Change(Kind.ADD, column.name, column.type))
             continue
         if old.type != column.type:
-            chosen = column.type == "text" and column.text_from == old.type  # by the user's explicit choice
-            if chosen or widening(old.type, column.type):
+            if made_text(old.type, column.type, column.text_from) or widening(old.type, column.type):
                 changes.append(Change(Kind.WIDEN, column.name, column.type, was=old.type))
             else:
                 refusals.append(Refusal(Problem.TYPE, column.name, have=old.type, want=column.type))

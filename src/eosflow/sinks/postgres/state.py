@@ -128,7 +128,7 @@ def _widen(conn: psycopg.Connection, pipeline: Pipeline, state_table: str, log: 
         was, want = have[c.name], ddl.spelling(c.type.postgres)
         if was == want:
             continue
-        chosen = want == "text" and c.type.text_from == was  # the declaration's `text_from`
+        chosen = evolution.made_text(was, want, c.type.text_from)
         if not (chosen or evolution.widens(was, want)):
             raise PipelineConfigError(
                 f"pipeline {pipeline.name!r}: column {c.name} of state table {state_table} is {was} but "
