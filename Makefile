@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml dev/pyproject.toml constraints.txt
 	UV_LINK_MODE=copy $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[dev]' -e ./dev
 	@# The Spark provider's pyspark-client overwrites pyspark's Python files; put 4.3.0 back every time.
 	$(BIN)/pip install -q --force-reinstall --no-deps pyspark==4.3.0
+	@# uv keeps each build of pyspark's sdist (0.9 GB) as a new revision, one per fresh clone's set-up: 47 of
+	@# them filled a CI machine's disk (42 GB). Prune drops all but the one in use (8.4 GiB freed from 8).
+	$(BIN)/uv cache prune -q
 	@touch $(STAMP)
 
 ## browser: Debian's Chromium, for the Playwright test of the Airflow UI (never `playwright install`)

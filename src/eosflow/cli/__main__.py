@@ -2,6 +2,6 @@
 
 import sys
 
-from eosflow.cli.main import main
+from eosflow.cli.main import run
 
-sys.exit(main())
+sys.exit(run())
