@@ -22,6 +22,11 @@ def duration(text: str) -> float:
     return float(found[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[found[2]]
 
 
+def duration_or_off(text: str) -> float | None:
+    """A duration, or None for `off`."""
+    return None if text.strip().lower() == "off" else duration(text)
+
+
 def positive(text: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
@@ -60,6 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--every-batch", action="store_true", help="a line per batch that read or committed anything"
     )
+    p.add_argument(
+        "--compact-every",
+        type=duration_or_off,
+        default=60.0,
+        metavar="DURATION",
+        help="merge the small pieces the stream's commits left in its target this often, between batches "
+        "(default 1m; off: never, leaving it to eosflow compact)",
+    )
 
 
 def log(msg: str) -> None:
@@ -86,6 +99,7 @@ def execute(args: argparse.Namespace) -> int:
         args.max_batches,
         args.max_seconds,
         args.every_batch,
+        args.compact_every,
     )
     from eosflow.observe.openlineage import pipeline_run, reporting
 

@@ -225,3 +225,9 @@ class Sink(ABC):
         why, when there is nothing to compact."""
         log(f"{pipeline.name}: {self.output} has nothing to compact")
         return None
+
+    def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log) -> Compaction | None:
+        """What a stream runs between batches every --compact-every: merge the small pieces its own commits
+        left, in work that grows with what they hold, not with the output (docs/DESIGN.md "Stream mode");
+        None when the sink keeps nothing such. `conn` is in autocommit mode."""
+        return None

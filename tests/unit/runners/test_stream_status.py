@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from eosflow.cli.stream import duration
+from eosflow.cli.stream import duration, duration_or_off
 from eosflow.runners.stream_status import BatchFigures, StreamStatus, percentiles
 
 
@@ -40,6 +40,11 @@ def test_durations(text, seconds):
 def test_durations_refused_name_the_expected_form(text):
     with pytest.raises(argparse.ArgumentTypeError, match="like 2s, 500ms or 1m"):
         duration(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("off", None), ("OFF", None), ("30s", 30.0), ("1m", 60.0)])
+def test_compact_every_is_a_duration_or_off(text, seconds):
+    assert duration_or_off(text) == seconds
 
 
 def test_the_streams_summary_spans_each_partition_from_its_first_committed_offset_to_its_last():

@@ -29,6 +29,9 @@ from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.partitions import Child
 
 DEFAULT_TARGET_ROWS = 5_000_000
+# A stream's own merges (Sink.compact_stream): a child that holds this many is left for the hourly
+# compaction, so a stream copies a row once or twice and a merge stays a fraction of a second.
+STREAM_TARGET_ROWS = 100_000
 LOCK_TIMEOUT = "5s"
 
 

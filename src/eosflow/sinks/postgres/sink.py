@@ -218,3 +218,11 @@ class PostgresSink(Sink):
         if target_rows is None:
             return compact(conn, pipeline.name, self.target_table, log=log)
         return compact(conn, pipeline.name, self.target_table, target_rows, log=log)
+
+    def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log):
+        from eosflow.sinks.postgres import partitions
+        from eosflow.sinks.postgres.compact import STREAM_TARGET_ROWS, compact
+
+        if not partitions.is_partitioned(conn, self.target_table):
+            return None  # each commit copies into the one table: nothing piles up
+        return compact(conn, pipeline.name, self.target_table, STREAM_TARGET_ROWS, log=log)
