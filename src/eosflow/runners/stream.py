@@ -33,6 +33,7 @@ from eosflow import pipelines
 from eosflow.ledger import positions
 from eosflow.ledger.ranges import Plan
 from eosflow.runners import job
+from eosflow.runners.stream_merge import Merger
 from eosflow.runners.stream_status import BatchFigures, StreamStatus
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
@@ -61,7 +62,8 @@ class StreamOptions:
     max_batches: int | None = None  # stop after this many batches (tests, benchmarks)
     max_seconds: float | None = None  # stop after this long
     every_batch: bool = False  # a line per non-idle batch: outcome, records, time per step
-    # Merge the small pieces the stream's own commits left, this often (Sink.compact_stream); None: never.
+    # Merge the small pieces the stream's own commits left, this often, beside the batches
+    # (Sink.compact_stream, stream_merge.Merger); None: never.
     compact_every_s: float | None = 60.0
 
 
@@ -106,8 +108,10 @@ def stream(
         f"streaming pipeline {pipeline.name} ({', '.join(pipeline.topics)} -> {_output(pipeline)}): a batch "
         f"every {options.trigger_s:g}s, run ids {prefix}_<n>; stop with SIGTERM or Ctrl-C"
     )
-    started = last_end = last_compacted = time.monotonic()
+    started = last_end = time.monotonic()
     backoff, n, failures = 1.0, 0, 0
+    every = options.compact_every_s
+    merger = Merger(settings, pipeline, every, log).start() if every is not None else None
     try:
         while not stop.is_set():
             n += 1
@@ -164,14 +168,6 @@ def stream(
                 log(_batch_line(n, summary, done - batch_started))
             if status.total_batches % options.status_every == 0:
                 log(status.line())
-            every = options.compact_every_s
-            if (
-                every is not None
-                and summary.outcome == positions.COMMITTED
-                and done - last_compacted >= every
-            ):
-                _compact(settings, pipeline, log)
-                last_compacted = time.monotonic()
             if options.max_batches is not None and status.total_batches >= options.max_batches:
                 break
             if options.max_seconds is not None and done - started >= options.max_seconds:
@@ -179,28 +175,12 @@ def stream(
             if figures.outcome != positions.COMMITTED or not any(figures.lag.values()):
                 stop.wait(max(0.0, options.trigger_s - (time.monotonic() - batch_started)))
     finally:
+        if merger is not None:
+            merger.stop()
         for started_session in session:
             _end_session(settings, started_session)
     log(f"stopped after {time.monotonic() - started:.0f}s: {status.line()}")
     return status
-
-
-def _compact(settings: Settings, pipeline: pipelines.Pipeline, log: Log) -> None:
-    """The sink's merge of what the stream's commits left (DESIGN "Stream mode"), between two batches. A
-    failure is logged and the stream goes on: a merge moves committed rows and changes none, and the next
-    one tries again."""
-    started = time.monotonic()
-    try:
-        with psycopg.connect(settings.warehouse_dsn, autocommit=True) as conn:
-            done = pipeline.sink.compact_stream(conn, pipeline, lambda m: None)
-    except psycopg.Error as exc:
-        log(
-            f"merging the stream's small commits failed, left for the next time: {type(exc).__name__}: "
-            f"{_first_line(exc)}"
-        )
-        return
-    if done is not None:
-        log(f"merged the stream's small commits in {time.monotonic() - started:.2f}s: {done.line()}")
 
 
 def _end_session(settings: Settings, spark: SparkSession) -> None:

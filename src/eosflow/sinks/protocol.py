@@ -227,7 +227,7 @@ class Sink(ABC):
         return None
 
     def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log) -> Compaction | None:
-        """What a stream runs between batches every --compact-every: merge the small pieces its own commits
-        left, in work that grows with what they hold, not with the output (docs/DESIGN.md "Stream mode");
-        None when the sink keeps nothing such. `conn` is in autocommit mode."""
+        """What a stream runs beside its batches every --compact-every: merge the small pieces its own
+        commits left, in work that grows with what they hold, not with the output (docs/DESIGN.md "Stream
+        mode"); None when there was nothing to merge. `conn` is in autocommit mode, on a thread of its own."""
         return None

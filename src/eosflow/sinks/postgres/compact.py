@@ -29,9 +29,10 @@ from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.partitions import Child
 
 DEFAULT_TARGET_ROWS = 5_000_000
-# A stream's own merges (Sink.compact_stream): a child that holds this many is left for the hourly
-# compaction, so a stream copies a row once or twice and a merge stays a fraction of a second.
-STREAM_TARGET_ROWS = 100_000
+# A stream's own merges (Sink.compact_stream) take only children below this many rows: a child of a
+# minute's commits is merged again at most once, so a stream copies a row once or twice (the filling child
+# of a 100,000-row cap was copied again every minute: 596,307 rows moved to merge 300,000 new ones).
+STREAM_SMALL_ROWS = 100_000
 LOCK_TIMEOUT = "5s"
 
 
@@ -59,13 +60,17 @@ class Merge:
         return self.children[-1].end
 
 
-def plan_merges(children: list[Child], rows: dict[str, int], target_rows: int) -> list[Merge]:
+def plan_merges(
+    children: list[Child], rows: dict[str, int], target_rows: int, small_rows: int | None = None
+) -> list[Merge]:
     """Runs of adjacent children whose rows add up to at most target_rows, two children or more each.
 
-    Pure: `rows` is each child's row count (by table). A child at or above target_rows is never merged;
-    a gap between two children (offsets no commit covered: a lost range, or a replay-only history)
-    ends a run, as a child's bound must be one contiguous range.
+    Pure: `rows` is each child's row count (by table). A child at or above target_rows is never merged,
+    nor, given `small_rows`, one at or above that (a stream's merges leave what they made before); a gap
+    between two children (offsets no commit covered: a lost range, or a replay-only history) ends a run,
+    as a child's bound must be one contiguous range.
     """
+    largest = min(target_rows, small_rows) if small_rows is not None else target_rows
     merges: list[Merge] = []
     ordered = sorted(children, key=lambda c: (c.topic, c.partition, c.start))
     for _, group in groupby(ordered, key=lambda c: (c.topic, c.partition)):
@@ -74,13 +79,13 @@ def plan_merges(children: list[Child], rows: dict[str, int], target_rows: int) -
         for child in group:
             n = rows.get(child.table, 0)
             adjacent = bool(run) and run[-1].end == child.start
-            if adjacent and total + n <= target_rows:
+            if adjacent and n < largest and total + n <= target_rows:
                 run.append(child)
                 total += n
                 continue
             if len(run) > 1:
                 merges.append(Merge(tuple(run), total))
-            run, total = ([child], n) if n < target_rows else ([], 0)
+            run, total = ([child], n) if n < largest else ([], 0)
         if len(run) > 1:
             merges.append(Merge(tuple(run), total))
     return merges
@@ -108,13 +113,15 @@ def compact(
     target: str,
     target_rows: int = DEFAULT_TARGET_ROWS,
     log: Callable[[str], None] = lambda m: None,
+    small_rows: int | None = None,
 ) -> CompactSummary:
-    """Merge the target's adjacent small children; `conn` in autocommit mode (a transaction per merge)."""
+    """Merge the target's adjacent small children; `conn` in autocommit mode (a transaction per merge).
+    small_rows: only children below it are merged (plan_merges)."""
     summary = CompactSummary(target)
     children = partitions.children(conn, target)
     summary.children_before = len(children)
     rows = child_rows(conn, children)
-    for merge in plan_merges(children, rows, target_rows):
+    for merge in plan_merges(children, rows, target_rows, small_rows):
         try:
             merged = _merge(conn, pipeline, target, merge)
         except psycopg.errors.LockNotAvailable:
