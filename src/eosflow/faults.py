@@ -38,6 +38,9 @@ FAULT_POINTS = (
     "publish_before_batch",
     "publish_in_transaction",
     "publish_after_commit",
+    # eosflow compact and a stream's merges, per merge: the merged child built, its swap for the old
+    # children not yet begun (commits of the partition go on; a replay now makes the merge give up).
+    "compact_copied",
 )
 PAUSE_TIMEOUT_S = 900.0
 

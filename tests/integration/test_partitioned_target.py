@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 
 import psycopg
 import pytest
@@ -141,6 +143,49 @@ def test_a_child_at_the_target_size_is_left_alone(case):
     assert first > second + third  # the first child is full already
     assert [c.rows for c in _children(case)] == [first, second + third]
     assert len(summary.merged) == 1
+
+
+def test_a_merge_copies_without_the_partitions_lock_and_gives_up_when_a_replay_commits_meanwhile(
+    case, tmp_path, monkeypatch
+):
+    """A merge builds its child while the partition's commits and replays go on (a stream's commits waited
+    up to 6.7 s while a merge copied under the lock); a replay committing meanwhile rewrote rows the copy
+    holds, so the merge drops its copy and changes nothing, and the next one merges."""
+    case.produce(300, seed=504, partitions=1)
+    for _ in range(3):
+        case.ingest(max_records=40)
+    fault = tmp_path / "fault"
+    fault.mkdir()
+    monkeypatch.setenv("EOSFLOW_PAUSE_AT", "compact_copied")
+    monkeypatch.setenv("EOSFLOW_FAULT_DIR", str(fault))
+    merging: dict = {}
+
+    def merge() -> None:
+        with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+            merging["summary"] = compact(conn, case.name, case.table)
+
+    thread = threading.Thread(target=merge)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not (fault / "compact_copied.paused").exists():
+        assert thread.is_alive() and time.monotonic() < deadline, merging
+        time.sleep(0.05)
+    # The merged child is built, nothing swapped: a commit and a replay of the partition do not wait for it.
+    assert case.ingest(max_records=40).outcome == positions.COMMITTED
+    case.replay_all()
+    children = _children(case)
+    (fault / "compact_copied.resume").touch()
+    thread.join(60)
+    summary = merging["summary"]
+    assert summary.merged == [] and "a replay" in summary.skipped[0], summary.line()
+    assert _children(case) == children  # nothing swapped
+    assert case.query("select count(*) from pg_tables where tablename like 'compact_%%'") == [(0,)]
+    assert case.violations() == []
+    monkeypatch.delenv("EOSFLOW_PAUSE_AT")
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        assert len(compact(conn, case.name, case.table).merged) == 1  # the next one merges
+    assert case.query(f"select count(*) from {case.table}") == [(160 - len(case.rejected()),)]
+    assert case.violations() == []
 
 
 def test_a_target_made_before_partitioning_keeps_working_and_migrates_with_one_command(case):

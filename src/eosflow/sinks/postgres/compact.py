@@ -6,10 +6,11 @@ one child of at most `target_rows` rows (a child already that large is left alon
 keeps at most ceil(rows / target_rows) + 1 full-or-filling children plus whatever committed since the
 last compaction (docs/DESIGN.md, "Partitioned targets").
 
-One run is merged in one transaction, under the same lock as commits and replays (the partition's
-position row, FOR UPDATE), so no commit or replay of that partition interleaves with it: the merged
-child is built and keyed first, then the old children are detached and dropped and the merged one
-attached (its CHECK is its bound: no scan). Detaching needs a brief exclusive lock on the target;
+One run is merged in one transaction. The merged child is built and keyed first, with no lock a commit
+or replay waits for; then, under the lock commits and replays take first (the partition's position row,
+FOR UPDATE), the old children are detached and dropped and the merged one attached (its CHECK is its
+bound: no scan), unless a replay committed since the copy began or the children changed (the copy is
+dropped, left for next time). Detaching needs a brief exclusive lock on the target;
 `lock_timeout` keeps a long query on the target from queueing everyone behind the compaction: it gives
 up and the next compaction tries again.
 """
@@ -24,15 +25,12 @@ from itertools import groupby
 import psycopg
 from psycopg import sql
 
+from eosflow.faults import fault_point
 from eosflow.rows import one_row
 from eosflow.sinks.postgres import partitions
 from eosflow.sinks.postgres.partitions import Child
 
 DEFAULT_TARGET_ROWS = 5_000_000
-# A stream's own merges (Sink.compact_stream) take only children below this many rows: a child of a
-# minute's commits is merged again at most once, so a stream copies a row once or twice (the filling child
-# of a 100,000-row cap was copied again every minute: 596,307 rows moved to merge 300,000 new ones).
-STREAM_SMALL_ROWS = 100_000
 LOCK_TIMEOUT = "5s"
 
 
@@ -61,16 +59,15 @@ class Merge:
 
 
 def plan_merges(
-    children: list[Child], rows: dict[str, int], target_rows: int, small_rows: int | None = None
+    children: list[Child], rows: dict[str, int], target_rows: int, commits_only: bool = False
 ) -> list[Merge]:
     """Runs of adjacent children whose rows add up to at most target_rows, two children or more each.
 
     Pure: `rows` is each child's row count (by table). A child at or above target_rows is never merged,
-    nor, given `small_rows`, one at or above that (a stream's merges leave what they made before); a gap
-    between two children (offsets no commit covered: a lost range, or a replay-only history) ends a run,
-    as a child's bound must be one contiguous range.
+    nor, with `commits_only` (a stream's own merges), one a compaction made: each row is copied by those
+    once, whatever the rate. A gap between two children (offsets no commit covered: a lost range, or a
+    replay-only history) ends a run, as a child's bound must be one contiguous range.
     """
-    largest = min(target_rows, small_rows) if small_rows is not None else target_rows
     merges: list[Merge] = []
     ordered = sorted(children, key=lambda c: (c.topic, c.partition, c.start))
     for _, group in groupby(ordered, key=lambda c: (c.topic, c.partition)):
@@ -78,14 +75,15 @@ def plan_merges(
         total = 0
         for child in group:
             n = rows.get(child.table, 0)
+            mergeable = n < target_rows and not (commits_only and child.merged)
             adjacent = bool(run) and run[-1].end == child.start
-            if adjacent and n < largest and total + n <= target_rows:
+            if adjacent and mergeable and total + n <= target_rows:
                 run.append(child)
                 total += n
                 continue
             if len(run) > 1:
                 merges.append(Merge(tuple(run), total))
-            run, total = ([child], n) if n < largest else ([], 0)
+            run, total = ([child], n) if mergeable else ([], 0)
         if len(run) > 1:
             merges.append(Merge(tuple(run), total))
     return merges
@@ -113,15 +111,15 @@ def compact(
     target: str,
     target_rows: int = DEFAULT_TARGET_ROWS,
     log: Callable[[str], None] = lambda m: None,
-    small_rows: int | None = None,
+    commits_only: bool = False,
 ) -> CompactSummary:
     """Merge the target's adjacent small children; `conn` in autocommit mode (a transaction per merge).
-    small_rows: only children below it are merged (plan_merges)."""
+    commits_only: only children commits made (a stream's own merges, plan_merges)."""
     summary = CompactSummary(target)
     children = partitions.children(conn, target)
     summary.children_before = len(children)
     rows = child_rows(conn, children)
-    for merge in plan_merges(children, rows, target_rows, small_rows):
+    for merge in plan_merges(children, rows, target_rows, commits_only):
         try:
             merged = _merge(conn, pipeline, target, merge)
         except psycopg.errors.LockNotAvailable:
@@ -132,7 +130,7 @@ def compact(
             continue
         if not merged:
             summary.skipped.append(
-                f"{merge.topic}[{merge.partition}]: changed by another compaction meanwhile"
+                f"{merge.topic}[{merge.partition}]: changed meanwhile (a replay, or another compaction)"
             )
             continue
         summary.merged.append(merge)
@@ -162,19 +160,17 @@ def _ident(qualified: str) -> sql.Identifier:
 
 
 def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -> bool:
-    """Merge one run of children; False if they changed since the plan (left for next time)."""
+    """Merge one run of children; False if they changed since the plan (left for next time).
+
+    The merged child is built and keyed first, without the partition's position lock, so the partition's
+    commits go on meanwhile (a stream's waited up to 6.7 s for a merge copying under it). Then, under that
+    lock: the same children still attached and no replay committed since the copy began (a replay is the
+    only writer of committed rows, and it counts itself in the position row), else the copy is dropped."""
     digest = hashlib.sha256(f"{target}\x00{merge.topic}\x00{merge.partition}\x00{merge.start}".encode())
     merged = f"staging.compact_{digest.hexdigest()[:24]}"
+    key = (pipeline, merge.topic, merge.partition)
     with conn.transaction():
-        # The lock commits and replays of this partition take first: none interleaves with the merge.
-        conn.execute(
-            "select 1 from eosflow.positions where pipeline = %s and topic = %s and partition = %s "
-            "for update",
-            (pipeline, merge.topic, merge.partition),
-        )
-        current = {c.table: c for c in partitions.children(conn, target)}
-        if any(current.get(c.table) != c for c in merge.children):
-            return False  # another compaction changed these children since the plan
+        replays = _replays(conn, key, lock=False)  # read before the copy's first statement
         for statement in partitions.create_child(
             target, merged, merge.topic, merge.partition, merge.start, merge.end
         ):
@@ -187,7 +183,16 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
                 )
             )
         conn.execute(partitions.add_key(merged))
-        conn.execute(partitions.note_rows(merged, merge.rows))
+        conn.execute(partitions.note_rows(merged, merge.rows, merged=True))
+        fault_point("compact_copied")
+        # The lock commits and replays of this partition take first: none interleaves with the swap.
+        if _replays(conn, key, lock=True) != replays:
+            conn.execute(sql.SQL("drop table {}").format(_ident(merged)))
+            return False  # a replay rewrote rows of the range since the copy began
+        current = {c.table: c for c in partitions.children(conn, target)}
+        if any(current.get(c.table) != c for c in merge.children):
+            conn.execute(sql.SQL("drop table {}").format(_ident(merged)))
+            return False  # another compaction changed these children since the plan
         conn.execute(f"set local lock_timeout = '{LOCK_TIMEOUT}'")
         for child in merge.children:
             conn.execute(
@@ -201,3 +206,13 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
             partitions.attach(target, committed, merge.topic, merge.partition, merge.start, merge.end)
         )
     return True
+
+
+def _replays(conn: psycopg.Connection, key: tuple[str, str, int], lock: bool) -> int | None:
+    """The partition's committed replays (eosflow.positions), under its lock if `lock`."""
+    row = conn.execute(
+        "select replays from eosflow.positions where pipeline = %s and topic = %s and partition = %s"
+        + (" for update" if lock else ""),
+        key,
+    ).fetchone()
+    return None if row is None else row[0]

@@ -96,11 +96,13 @@ def move(child: str, committed: str) -> list[sql.Composed]:
     ]
 
 
-def note_rows(child: str, rows: int) -> sql.Composed:
+def note_rows(child: str, rows: int, merged: bool = False) -> sql.Composed:
     """How many rows a child holds, kept in its comment when it is attached or merged: compaction sizes
     its merges from it without counting (a replay, which keeps a range's record count, may move a few
-    records between rows and rejected rows: the note is a size, not an invariant)."""
-    return sql.SQL("comment on table {} is {}").format(_ident(child), sql.Literal(f"eosflow: {rows} rows"))
+    records between rows and rejected rows: the note is a size, not an invariant). `merged`: made by a
+    compaction, which a stream's own merges leave alone (each row copied by them once)."""
+    note = f"eosflow: {rows} rows" + (", merged" if merged else "")
+    return sql.SQL("comment on table {} is {}").format(_ident(child), sql.Literal(note))
 
 
 def hold_commits(target: str) -> sql.Composed:
@@ -135,9 +137,10 @@ class Child:
     start: int
     end: int
     rows: int | None = None  # as noted when attached or merged (note_rows); None: not noted
+    merged: bool = False  # made by a compaction (noted so), not by a commit
 
 
-_NOTE = re.compile(r"eosflow: ([0-9]+) rows")
+_NOTE = re.compile(r"eosflow: ([0-9]+) rows(, merged)?")
 
 
 def children(conn: psycopg.Connection, target: str) -> list[Child]:
@@ -159,7 +162,8 @@ def _child(table: str, bound: str, note: str | None) -> Child:
     topic, partition, start = _values(lower)
     _, _, end = _values(upper)
     noted = _NOTE.fullmatch(note or "")
-    return Child(table, topic, int(partition), int(start), int(end), int(noted[1]) if noted else None)
+    rows = int(noted[1]) if noted else None
+    return Child(table, topic, int(partition), int(start), int(end), rows, bool(noted and noted[2]))
 
 
 def _values(text: str) -> tuple[str, str, str]:

@@ -221,9 +221,9 @@ class PostgresSink(Sink):
 
     def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log):
         from eosflow.sinks.postgres import partitions
-        from eosflow.sinks.postgres.compact import STREAM_SMALL_ROWS, compact
+        from eosflow.sinks.postgres.compact import compact
 
         if not partitions.is_partitioned(conn, self.target_table):
             return None  # each commit copies into the one table: nothing piles up
-        done = compact(conn, pipeline.name, self.target_table, log=log, small_rows=STREAM_SMALL_ROWS)
+        done = compact(conn, pipeline.name, self.target_table, log=log, commits_only=True)
         return done if done.merged or done.skipped else None

@@ -28,14 +28,20 @@ def test_a_merge_never_grows_past_the_target_size_and_a_full_child_is_left_alone
     assert spans(plan_merges(children, rows, target_rows=100)) == [(0, 0, 20)]
 
 
-def test_a_streams_merge_leaves_children_of_small_rows_or_more_alone():
-    """A stream merges every minute: the child it made a minute ago (60) is merged once more, with what
-    came since; one it made of 100 or more is never copied again (the hourly compaction's, at 5M)."""
-    children = [child(0, 10), child(10, 20), child(20, 30), child(30, 40), child(40, 50), child(50, 60)]
-    rows = {c.table: n for c, n in zip(children, (120, 60, 5, 5, 5, 5), strict=True)}
-    assert spans(plan_merges(children, rows, target_rows=5_000_000, small_rows=100)) == [(0, 10, 60)]
-    rows[children[1].table] = 100
-    assert spans(plan_merges(children, rows, target_rows=5_000_000, small_rows=100)) == [(0, 20, 60)]
+def test_a_streams_merge_takes_only_the_children_commits_made():
+    """A stream merges every minute: a child an earlier merge made is left for the hourly compaction, so
+    the stream copies each row once, whatever the rate."""
+    children = [child(0, 10), child(10, 20), child(20, 30), child(30, 40), child(40, 50)]
+    children[1] = Child(children[1].table, "t", 0, 10, 20, 60, merged=True)
+    rows = {c.table: 5 for c in children}
+    assert spans(plan_merges(children, rows, target_rows=5_000_000, commits_only=True)) == [(0, 20, 50)]
+    assert spans(plan_merges(children, rows, target_rows=5_000_000)) == [(0, 0, 50)]
+
+
+def test_a_merged_childs_note_says_so_and_reads_back():
+    parsed = _child("raw.x", "FOR VALUES FROM ('t', 0, 5) TO ('t', 0, 9)", "eosflow: 42 rows, merged")
+    assert (parsed.rows, parsed.merged) == (42, True)
+    assert _child("raw.x", "FOR VALUES FROM ('t', 0, 5) TO ('t', 0, 9)", "eosflow: 42 rows").merged is False
 
 
 def test_a_gap_between_children_ends_a_run():
