@@ -8,9 +8,9 @@ last compaction (docs/DESIGN.md, "Partitioned targets").
 
 One run is merged in one transaction. The merged child is built and keyed first, with no lock a commit
 or replay waits for; then, under the lock commits and replays take first (the partition's position row,
-FOR UPDATE), the old children are detached and dropped and the merged one attached (its CHECK is its
+FOR UPDATE), the old children are dropped (in one statement) and the merged one attached (its CHECK is its
 bound: no scan), unless a replay committed since the copy began or the children changed (the copy is
-dropped, left for next time). Detaching needs a brief exclusive lock on the target;
+dropped, left for next time). Dropping needs a brief exclusive lock on the target;
 `lock_timeout` keeps a long query on the target from queueing everyone behind the compaction: it gives
 up and the next compaction tries again.
 """
@@ -194,11 +194,10 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
             conn.execute(sql.SQL("drop table {}").format(_ident(merged)))
             return False  # another compaction changed these children since the plan
         conn.execute(f"set local lock_timeout = '{LOCK_TIMEOUT}'")
-        for child in merge.children:
-            conn.execute(
-                sql.SQL("alter table {} detach partition {}").format(_ident(target), _ident(child.table))
-            )
-            conn.execute(sql.SQL("drop table {}").format(_ident(child.table)))
+        # Dropped while attached, in one statement: a DETACH and a DROP each took 0.57-0.67 s for 60 of 380
+        # children (a minute of a stream), against 0.07-0.08 s, all of it under the target's exclusive lock.
+        doomed = sql.SQL(", ").join(_ident(child.table) for child in merge.children)
+        conn.execute(sql.SQL("drop table {}").format(doomed))
         committed = partitions.committed_name(target, merge.topic, merge.partition, merge.start)
         for statement in partitions.move(merged, committed):
             conn.execute(statement)
