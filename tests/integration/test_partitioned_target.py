@@ -132,6 +132,24 @@ def test_compaction_merges_adjacent_children_and_changes_no_row(case):
     assert case.violations() == []
 
 
+def test_a_paced_compaction_is_told_the_merges_planned_and_may_stop_between_them(case):
+    """How a stream paces its merges (and stops them when it stops): between() before each but the first."""
+    case.produce(400, seed=505, partitions=2)
+    for _ in range(3):
+        case.ingest(max_records=50)
+    asked: list[int] = []
+
+    def between(merges: int) -> bool:
+        asked.append(merges)
+        return False
+
+    with psycopg.connect(case.settings.warehouse_dsn, autocommit=True) as conn:
+        summary = compact(conn, case.name, case.table, between=between)
+    assert asked == [2] and len(summary.merged) == 1  # one per partition planned, the second left
+    assert summary.skipped == ["1 merge(s): stopped before them"]
+    assert len(_children(case)) == 4 and case.violations() == []
+
+
 def test_a_child_at_the_target_size_is_left_alone(case):
     case.produce(300, seed=503, partitions=1)
     case.ingest(max_records=150)

@@ -45,11 +45,16 @@ class Merger:
         while not self._stop.wait(self._every_s):
             self.merge_once()
 
+    def _between(self, pieces: int) -> bool:
+        """A pass's pieces spread over half the interval: each copies rows on the cores the batches use,
+        and six merges back to back (a minute at 5,000 events/s: 3.8-5.4 s) raised the stream's p95."""
+        return not self._stop.wait(self._every_s / 2 / max(pieces, 1))
+
     def merge_once(self) -> None:
         started = time.monotonic()
         try:
             with psycopg.connect(self._settings.warehouse_dsn, autocommit=True) as conn:
-                done = self._pipeline.sink.compact_stream(conn, self._pipeline, lambda m: None)
+                done = self._pipeline.sink.compact_stream(conn, self._pipeline, self._between)
         except psycopg.Error as exc:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             why = f"{type(exc).__name__}: {first}"

@@ -226,8 +226,12 @@ class Sink(ABC):
         log(f"{pipeline.name}: {self.output} has nothing to compact")
         return None
 
-    def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log) -> Compaction | None:
+    def compact_stream(
+        self, conn: psycopg.Connection, pipeline: Pipeline, between: Callable[[int], bool]
+    ) -> Compaction | None:
         """What a stream runs beside its batches every --compact-every: merge the small pieces its own
         commits left, in work that grows with what they hold, not with the output (docs/DESIGN.md "Stream
-        mode"); None when there was nothing to merge. `conn` is in autocommit mode, on a thread of its own."""
+        mode"); None when there was nothing to merge. `conn` is in autocommit mode, on a thread of its own.
+        between(pieces): called between two pieces of the work with how many there are; it paces them,
+        and says False when the stream stops (the rest left for its next start)."""
         return None

@@ -112,14 +112,21 @@ def compact(
     target_rows: int = DEFAULT_TARGET_ROWS,
     log: Callable[[str], None] = lambda m: None,
     commits_only: bool = False,
+    between: Callable[[int], bool] = lambda merges: True,
 ) -> CompactSummary:
     """Merge the target's adjacent small children; `conn` in autocommit mode (a transaction per merge).
-    commits_only: only children commits made (a stream's own merges, plan_merges)."""
+    commits_only: only children commits made (a stream's own merges, plan_merges); between(merges): called
+    before each merge but the first with the count planned, False to leave the rest for next time (a
+    stream paces its merges with it, and stops them when it stops)."""
     summary = CompactSummary(target)
     children = partitions.children(conn, target)
     summary.children_before = len(children)
     rows = child_rows(conn, children)
-    for merge in plan_merges(children, rows, target_rows, commits_only):
+    merges = plan_merges(children, rows, target_rows, commits_only)
+    for n, merge in enumerate(merges):
+        if n and not between(len(merges)):
+            summary.skipped.append(f"{len(merges) - n} merge(s): stopped before them")
+            break
         try:
             merged = _merge(conn, pipeline, target, merge)
         except psycopg.errors.LockNotAvailable:

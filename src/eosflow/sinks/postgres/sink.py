@@ -7,7 +7,7 @@ invariants on the table (eosflow.dbt_build).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -219,11 +219,11 @@ class PostgresSink(Sink):
             return compact(conn, pipeline.name, self.target_table, log=log)
         return compact(conn, pipeline.name, self.target_table, target_rows, log=log)
 
-    def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, log: Log):
+    def compact_stream(self, conn: psycopg.Connection, pipeline: Pipeline, between: Callable[[int], bool]):
         from eosflow.sinks.postgres import partitions
         from eosflow.sinks.postgres.compact import compact
 
         if not partitions.is_partitioned(conn, self.target_table):
             return None  # each commit copies into the one table: nothing piles up
-        done = compact(conn, pipeline.name, self.target_table, log=log, commits_only=True)
+        done = compact(conn, pipeline.name, self.target_table, commits_only=True, between=between)
         return done if done.merged or done.skipped else None
