@@ -70,8 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=duration_or_off,
         default=60.0,
         metavar="DURATION",
-        help="merge the small pieces the stream's commits left in its target this often, between batches "
-        "(default 1m; off: never, leaving it to eosflow compact)",
+        help="merge the small pieces the stream's commits left in its target this often, on a thread beside "
+        "the batches (default 1m; off: never, leaving it to eosflow compact)",
     )
 
 
