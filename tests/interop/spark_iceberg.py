@@ -212,7 +212,8 @@ class ReaderSession:
         )
 
     def _stderr_text(self) -> str:
-        return "".join(self._stderr)
+        # _drain ends the lines with None once the child closed the stream (a killed reader's, at once)
+        return "".join(line for line in self._stderr if line is not None)
 
     def close(self, kill: bool = False) -> None:
         """Standard input closed: Spark stops and the child exits; past 30 s (or at once, `kill`), its

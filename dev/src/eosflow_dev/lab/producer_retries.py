@@ -45,6 +45,10 @@ STATS_INTERVAL_MS = 250
 WINDOWS = 3  # fault windows per run, at most
 # Longer than REQUEST_TIMEOUT_MS plus librdkafka's 1 s timeout scan, so in-flight requests time out.
 WINDOW_S = 3.0
+# How long after a window its timed-out requests may still be logged: a request sent in its last moment
+# times out REQUEST_TIMEOUT_MS later, at librdkafka's next 1 s scan, logged at the next poll. With 1 s, a CI
+# run counted a window as faultless whose request was logged timed out afterwards (the trial then failed).
+CONFIRM_S = REQUEST_TIMEOUT_MS / 1000 + 1.5
 RATE_PER_S = 300  # records per second: production spans the windows instead of ending in 0.1 s
 
 _PRODUCE_TIMEOUT = re.compile(r"Timed out ProduceRequest in flight")
@@ -162,7 +166,7 @@ class _Faults(threading.Thread):
         self.windows += 1
         # A window counts only if ProduceRequests were really in flight when their responses vanished:
         # librdkafka then logs them timed out (log lines reach us on the producer's next poll).
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + CONFIRM_S
         timed_out = 0
         while not timed_out and time.monotonic() < deadline:
             timed_out = self.observed.read("produce_timeouts") - before

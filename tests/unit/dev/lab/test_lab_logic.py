@@ -227,3 +227,22 @@ def test_a_trial_with_a_replica_shows_its_counts_and_one_without_says_n_a():
     assert kept.replica == (2, 1, 3) and plain.replica is None
     assert report.replica([kept, kept]) == "4/2/6" and report.replica([plain]) == "n/a"
     assert "| **2/1/3** | pass |" in report.markdown_table([kept])
+
+
+def test_a_cell_whose_fault_was_not_observed_runs_once_more_and_only_it():
+    """A trial without its fault proves nothing: its cell is run again once, and the second run reported."""
+    runs: list[list] = []
+    faults = iter([0, 1, 1])  # the first run of (exactly_once, 1) saw no fault
+
+    def run(lab, cells):
+        runs.append(list(cells))
+        return [Trial("s", m, "p", t, 10, 10, 10, 0, 0, "pass", next(faults), "d") for m, t in cells]
+
+    class Lab:
+        def log(self, msg: str) -> None:
+            pass
+
+    scenario = runner.Scenario("s", run)
+    trials, errors = runner.run(Lab(), [(scenario, [("exactly_once", 1), ("at_least_once", 1)])])
+    assert errors == [] and runs == [[("exactly_once", 1), ("at_least_once", 1)], [("exactly_once", 1)]]
+    assert sorted((t.mode, t.faults) for t in trials) == [("at_least_once", 1), ("exactly_once", 1)]
