@@ -34,7 +34,7 @@ from eosflow.ledger import positions
 from eosflow.ledger.ranges import Plan
 from eosflow.runners import job
 from eosflow.runners.stream_merge import Merger
-from eosflow.runners.stream_status import BatchFigures, StreamStatus
+from eosflow.runners.stream_status import BatchFigures, StreamStatus, first_line
 from eosflow.runners.summary import RunSummary
 from eosflow.settings import Settings
 
@@ -137,7 +137,7 @@ def stream(
                     _end_session(settings, session.pop())
                 log(
                     f"batch {n} failed ({failures} in a row), nothing of it committed; retrying in "
-                    f"{backoff:.0f}s: {type(exc).__name__}: {_first_line(exc)}"
+                    f"{backoff:.0f}s: {type(exc).__name__}: {first_line(exc)}"
                 )
                 stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -150,7 +150,7 @@ def stream(
                 latencies = ()
                 log(
                     f"batch {n} committed; its latencies could not be read back, left out of the figures: "
-                    f"{type(exc).__name__}: {_first_line(exc)}"
+                    f"{type(exc).__name__}: {first_line(exc)}"
                 )
             figures = BatchFigures(
                 summary.batch_id,
@@ -201,10 +201,6 @@ def _needs_a_person(exc: Exception) -> bool:
     from eosflow.runners.outcomes import EXIT
 
     return any(isinstance(exc, kind) and code in (2, 4, 5) for kind, code in EXIT.items())
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def _warm_up(spark: SparkSession, pipeline: pipelines.Pipeline) -> None:

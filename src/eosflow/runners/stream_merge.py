@@ -15,6 +15,7 @@ from collections.abc import Callable
 import psycopg
 
 from eosflow import pipelines
+from eosflow.runners.stream_status import first_line
 from eosflow.settings import Settings
 
 Log = Callable[[str], None]
@@ -60,8 +61,7 @@ class Merger:
             with psycopg.connect(self._settings.warehouse_dsn, autocommit=True) as conn:
                 done = self._pipeline.sink.compact_stream(conn, self._pipeline, self._between)
         except psycopg.Error as exc:
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            why = f"{type(exc).__name__}: {first}"
+            why = f"{type(exc).__name__}: {first_line(exc)}"
             self._log(f"merging the stream's small commits failed, left for the next time: {why}")
             return
         if done is not None:

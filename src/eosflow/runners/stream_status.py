@@ -95,3 +95,8 @@ class StreamStatus:
             f"last {len(self.batches)}: {records:,} records, {rate:,.0f} records/s; "
             f"latency {latency}; lag {lags}"
         )
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first line, at most 300 characters: what a stream's log line quotes of it."""
+    return (str(exc).strip().splitlines() or [""])[0][:300]

@@ -193,13 +193,11 @@ def _merge(conn: psycopg.Connection, pipeline: str, target: str, merge: Merge) -
         conn.execute(partitions.note_rows(merged, merge.rows, merged=True))
         fault_point("compact_copied")
         # The lock commits and replays of this partition take first: none interleaves with the swap.
-        if _replays(conn, key, lock=True) != replays:
-            conn.execute(sql.SQL("drop table {}").format(_ident(merged)))
-            return False  # a replay rewrote rows of the range since the copy began
+        replayed = _replays(conn, key, lock=True) != replays  # a replay rewrote rows since the copy began
         current = {c.table: c for c in partitions.children(conn, target)}
-        if any(current.get(c.table) != c for c in merge.children):
+        if replayed or any(current.get(c.table) != c for c in merge.children):  # or another compaction
             conn.execute(sql.SQL("drop table {}").format(_ident(merged)))
-            return False  # another compaction changed these children since the plan
+            return False
         conn.execute(f"set local lock_timeout = '{LOCK_TIMEOUT}'")
         # Dropped while attached, in one statement: a DETACH and a DROP each took 0.57-0.67 s for 60 of 380
         # children (a minute of a stream), against 0.07-0.08 s, all of it under the target's exclusive lock.
