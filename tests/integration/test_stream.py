@@ -139,15 +139,18 @@ def test_a_stream_merges_the_children_its_commits_attach_as_it_goes(case, tmp_pa
     holds (0.07 s a commit at the start of a 5,000/s stream, 0.68 s 500 batches later): the stream merges
     its own every --compact-every, leaving a few children where there were a few per batch."""
     produced = case.produce(900, seed=92, partitions=3).rows
-    stream = Stream(case, tmp_path / "stream.log", "--max-batch-records", "15", "--compact-every", "1s")
+    stream = Stream(case, tmp_path / "stream.log", "--max-batch-records", "15", "--compact-every", "3s")
     stream.wait_for(lambda: ": committed, " in stream.output())  # the first commit made the table
     stream.wait_for(lambda: committed(case) == 900)
+    # A pass merges what the commits since the last one attached, and never merges its merged children
+    # again (a row is copied once): at 1s, a slow machine's pass found two batches (CI left 31 children
+    # of 61 ranges). The last batches are merged by a pass the stream runs while idle.
+    stream.wait_for(lambda: len(children_of(case)) < data_ranges(case) / 2, timeout=60)
     assert stream.stop() == 0
     out = stream.output()
     merges = [line for line in out.splitlines() if "merged the stream's small commits" in line]
     assert merges and "merge(s)" in merges[0], out[-3000:]
-    ranges, children = data_ranges(case), len(children_of(case))
-    assert ranges >= 60 and children < ranges / 2, (ranges, children)  # 20 batches of 3 ranges or more
+    assert data_ranges(case) >= 60  # 20 batches of 3 ranges or more: most of them merged away
     assert_exactly_once(case, [r.event_id for r in produced])
 
 
