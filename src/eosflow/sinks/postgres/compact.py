@@ -32,6 +32,11 @@ from eosflow.sinks.postgres.partitions import Child
 
 DEFAULT_TARGET_ROWS = 5_000_000
 LOCK_TIMEOUT = "5s"
+# A merge locks each child it copies and drops until it commits, in Postgres' shared lock table
+# (max_locks_per_transaction x max_connections: 6,400 by default, for every session): 2,000 children failed
+# with "out of shared memory", 1,000 did not. 500 leaves room for everyone else; a longer run is merged in
+# several merges, the next compaction merging those.
+MAX_MERGE_CHILDREN = 500
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,8 @@ class Merge:
 def plan_merges(
     children: list[Child], rows: dict[str, int], target_rows: int, commits_only: bool = False
 ) -> list[Merge]:
-    """Runs of adjacent children whose rows add up to at most target_rows, two children or more each.
+    """Runs of adjacent children whose rows add up to at most target_rows, two children or more each, and
+    at most MAX_MERGE_CHILDREN.
 
     Pure: `rows` is each child's row count (by table). A child at or above target_rows is never merged,
     nor, with `commits_only` (a stream's own merges), one a compaction made: each row is copied by those
@@ -77,7 +83,8 @@ def plan_merges(
             n = rows.get(child.table, 0)
             mergeable = n < target_rows and not (commits_only and child.merged)
             adjacent = bool(run) and run[-1].end == child.start
-            if adjacent and mergeable and total + n <= target_rows:
+            room = len(run) < MAX_MERGE_CHILDREN and total + n <= target_rows
+            if adjacent and mergeable and room:
                 run.append(child)
                 total += n
                 continue
