@@ -1,13 +1,12 @@
 """CPU-seconds by kind of process while a measurement runs (issue 46, session 56; README.md).
 
 Reads every process's CPU from /proc when it starts and again at SIGTERM or Ctrl-C, and prints what each
-kind of process used in between. Nothing is read meanwhile: a sampler polling /proc four times a second
-slowed a 1M run from 12.65 s to 15.96 s. A process that ended in between is counted through its parent,
-whose `cutime`/`cstime` hold the children it reaped (Postgres' backends through the postmaster, the
-server's Python workers through their daemon, the loop through the bench); a process that was already
-running and ended is counted from where the first reading saw it, if its parent counted it (one whose
-parent ignores SIGCHLD, as Spark's worker daemon does, is not counted at all). The window is wider than the
-run: it ends with the bench's own checks of the table (a digest of its rows). Linux only.
+kind of process used in between. Nothing is read meanwhile, so the run pays nothing for being watched. A
+process that ended in between is counted through its parent, whose `cutime`/`cstime` hold the children it
+reaped (Postgres' backends through the postmaster, the loop and the run's CLI through the bench). One whose
+parent ignores SIGCHLD is not counted: Spark's worker daemon does, but the server keeps its workers between
+runs, so they are read directly. The window is wider than the run: it ends with the bench's own checks of
+the table (a digest of its rows). Linux only.
 
     python cpu_by_process.py > cpu.txt &  # ... run the measurement ...; kill %1
 """
