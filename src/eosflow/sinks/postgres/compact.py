@@ -4,7 +4,8 @@ Every commit attaches a child per range it read, so a pipeline run every 5 minut
 day per Kafka partition. Compaction merges runs of adjacent children of one (topic, partition) into
 one child of at most `target_rows` rows (a child already that large is left alone), so a partition
 keeps at most ceil(rows / target_rows) + 1 full-or-filling children plus whatever committed since the
-last compaction (docs/DESIGN.md, "Partitioned targets").
+last compaction (after two, if more than MAX_MERGE_CHILDREN small children had piled up; docs/DESIGN.md,
+"Partitioned targets").
 
 One run is merged in one transaction. The merged child is built and keyed first, with no lock a commit
 or replay waits for; then, under the lock commits and replays take first (the partition's position row,
